@@ -1,0 +1,1 @@
+"""Command-line front ends: thin click (or hand-rolled, on hot paths) wrappers."""

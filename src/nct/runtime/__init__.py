@@ -1,0 +1,1 @@
+"""nct.runtime"""
