@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""How much does the nvidia-container-runtime shim add to a pass-through runc call?
+
+Creates one real busybox container with runc (own --root under a temp dir), then times
+`runc state ID` directly and through the shim, alternating, many runs each; reports
+medians, the added milliseconds and the ratio, for two cases: no config.toml (built-in
+defaults) and the default config.toml present (what packages install). Results are
+appended to bench/results.json and compared with the previous entry. Stdlib only; root,
+runc and busybox-static needed.
+
+    python bench/runtime_passthrough.py [--runs 200] [--shim PATH] [--no-save]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results.json")
+DEFAULT_CONFIG = os.path.join(HERE, "..", "src", "nct", "config", "default.toml")
+
+
+def make_bundle(base: str) -> str:
+    rootfs = os.path.join(base, "rootfs")
+    for d in ("bin", "proc", "sys", "dev", "tmp", "etc"):
+        os.makedirs(os.path.join(rootfs, d), exist_ok=True)
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    shutil.copy2(busybox, os.path.join(rootfs, "bin/busybox"))
+    for applet in ("sh", "sleep"):
+        os.symlink("busybox", os.path.join(rootfs, "bin", applet))
+    bundle = os.path.join(base, "bundle")
+    os.makedirs(bundle)
+    subprocess.run(["runc", "spec", "--bundle", bundle], check=True)
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        spec = json.load(f)
+    spec["root"] = {"path": rootfs, "readonly": True}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = ["/bin/sleep", "600"]
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return bundle
+
+
+def time_runs(cmd: list[str], env: dict, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def measure(runc: str, shim: str, root: str, cid: str, env: dict, runs: int) -> dict:
+    plain: list[float] = []
+    shimmed: list[float] = []
+    # alternate in small batches so drift on the machine hits both sides equally
+    for _ in range(max(1, runs // 10)):
+        plain += time_runs([runc, "--root", root, "state", cid], env, 10)
+        shimmed += time_runs([shim, "--root", root, "state", cid], env, 10)
+    p, s = statistics.median(plain), statistics.median(shimmed)
+    return {"runc_ms": round(p, 3), "shim_ms": round(s, 3), "added_ms": round(s - p, 3),
+            "ratio": round(s / p, 3), "runs": len(plain)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--shim", default=shutil.which("nvidia-container-runtime")
+                    or os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime"))
+    ap.add_argument("--no-save", action="store_true")
+    opts = ap.parse_args()
+    runc = shutil.which("runc")
+    if os.geteuid() != 0 or not runc or not os.path.exists(opts.shim):
+        print("needs root, runc and the installed shim", file=sys.stderr)
+        return 2
+    base = tempfile.mkdtemp(prefix="nct-bench-")
+    root = os.path.join(base, "runc-root")
+    cid = f"nct-bench-{os.getpid()}"
+    results: dict = {}
+    try:
+        bundle = make_bundle(base)
+        subprocess.run([runc, "--root", root, "create", "--bundle", bundle, cid], check=True,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        xdg = os.path.join(base, "xdg")
+        os.makedirs(os.path.join(xdg, "nvidia-container-runtime"))
+        # bytecode caching on, as in an installed package (first run writes the .pyc files)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NVIDIA_CTK_CONFIG_FILE_PATH", "PYTHONDONTWRITEBYTECODE")}
+        env["XDG_CONFIG_HOME"] = xdg
+        time_runs([opts.shim, "--root", root, "state", cid], env, 3)
+        results["no_config"] = measure(runc, opts.shim, root, cid, env, opts.runs)
+        shutil.copy(DEFAULT_CONFIG, os.path.join(xdg, "nvidia-container-runtime", "config.toml"))
+        results["default_config"] = measure(runc, opts.shim, root, cid, env, opts.runs)
+    finally:
+        subprocess.run([runc, "--root", root, "delete", "--force", cid],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(base, ignore_errors=True)
+
+    history = []
+    if os.path.exists(RESULTS):
+        try:
+            with open(RESULTS) as f:
+                history = json.load(f).get("runtime_passthrough", [])
+        except (OSError, ValueError):
+            history = []
+    previous = history[-1] if history else None
+    for case, r in results.items():
+        line = (f"{case:15s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
+                f"added {r['added_ms']:6.2f} ms  ratio {r['ratio']:.2f}x")
+        if previous and case in previous.get("results", {}):
+            prev = previous["results"][case]
+            line += f"  (previous ratio {prev['ratio']:.2f}x, now {r['ratio'] / prev['ratio']:.2f} of it)"
+        print(line)
+    if not opts.no_save:
+        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
+                 "shim": opts.shim, "results": results}
+        doc = {}
+        if os.path.exists(RESULTS):
+            try:
+                with open(RESULTS) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                doc = {}
+        doc["runtime_passthrough"] = (history + [entry])[-20:]
+        tmp = RESULTS + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""CDI spec directories: load, resolve qualified device names, inject into OCI specs.
+
+Directories are read in the order given; a later directory has higher priority (the
+default /etc/cdi then /var/run/cdi). Within a directory, files are read in name order
+(*.json, *.yaml; subdirectories ignored). A bad file is reported and skipped, never fatal
+to the rest. A device defined in two files of the same priority is a conflict: it is
+dropped and reported; otherwise the higher priority wins."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from nct.cdi.names import qualified_name
+from nct.cdi.spec import SPEC_EXTENSIONS, Spec, load_spec
+from nct.errors import SpecError
+
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+@dataclass
+class Registry:
+    """All specs in `spec_dirs`, after `refresh()` (done on construction)."""
+
+    spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS
+    schema: bool = False  # also check files against the official schema (imports jsonschema)
+    specs: list[Spec] = field(default_factory=list, init=False)
+    devices: dict[str, tuple[Spec, dict]] = field(default_factory=dict, init=False)
+    errors: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.specs, self.devices, self.errors = [], {}, []
+        conflicts: set[str] = set()
+        for prio, directory in enumerate(self.spec_dirs):
+            for path in spec_files(directory):
+                try:
+                    spec = load_spec(path, priority=prio, schema=self.schema)
+                except SpecError as e:
+                    self.errors.append(str(e))
+                    continue
+                self.specs.append(spec)
+                for dev in spec.raw["devices"]:
+                    qn = qualified_name(spec.vendor, spec.cls, dev["name"])
+                    old = self.devices.get(qn)
+                    if old is not None and old[0].priority > prio:
+                        continue
+                    if old is not None and old[0].priority == prio:
+                        self.errors.append(f"conflicting device {qn} (specs {old[0].path}, {path})")
+                        conflicts.add(qn)
+                    self.devices[qn] = (spec, dev)
+        for qn in conflicts:
+            self.devices.pop(qn, None)
+
+    def device_names(self) -> list[str]:
+        return sorted(self.devices)
+
+    def resolve(self, requested: Iterable[str]) -> tuple[list[tuple[Spec, dict]], list[str]]:
+        """(found (spec, device) pairs in request order, unresolved names)."""
+        found, missing = [], []
+        for name in requested:
+            hit = self.devices.get(name)
+            if hit is None:
+                missing.append(name)
+            else:
+                found.append(hit)
+        return found, missing
+
+    def edits_for(self, requested: Iterable[str]) -> list[dict]:
+        """CDI containerEdits to apply, in order: each spec's own edits once (before its
+        first device), then each device's. SpecError naming unresolvable devices."""
+        requested = list(dict.fromkeys(requested))
+        found, missing = self.resolve(requested)
+        if missing:
+            raise SpecError("unresolvable CDI devices " + ", ".join(missing))
+        out: list[dict] = []
+        seen: list[Spec] = []
+        for spec, dev in found:
+            if not any(s is spec for s in seen):
+                seen.append(spec)
+                if spec.edits:
+                    out.append(spec.edits)
+            out.append(dev["containerEdits"])
+        return out
+
+    def inject(self, oci_spec: dict, requested: Iterable[str]) -> dict:
+        """Apply the requested devices to `oci_spec` (in place; returned)."""
+        from nct.oci.inject import apply_cdi_edits
+
+        combined = _append_edits(self.edits_for(requested))
+        try:
+            return apply_cdi_edits(oci_spec, combined)
+        except SpecError as e:
+            raise SpecError(f"failed to inject CDI devices: {e}") from None
+
+
+def _append_edits(parts: list[dict]) -> dict:
+    """Concatenate containerEdits as the reference library does (no dedup: applying
+    handles repeats by replacing same-key env, same-path nodes and mounts)."""
+    out: dict = {}
+    for e in parts:
+        for k in ("env", "deviceNodes", "mounts", "hooks", "additionalGids", "netDevices"):
+            if e.get(k):
+                out.setdefault(k, []).extend(e[k])
+        if e.get("intelRdt") is not None:
+            out["intelRdt"] = e["intelRdt"]
+    return out
+
+
+def spec_files(directory: str) -> list[str]:
+    """Spec files directly in `directory`, by name; [] when it does not exist."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError:
+        return []
+    out = []
+    for e in entries:
+        if os.path.splitext(e.name)[1] not in SPEC_EXTENSIONS:
+            continue
+        try:
+            if e.is_dir():
+                continue
+        except OSError:
+            continue
+        out.append(e.path)
+    return out
+
+
+def inject(oci_spec: dict, requested: Iterable[str], spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS) -> dict:
+    """One-shot: load `spec_dirs` and inject `requested` qualified names into `oci_spec`."""
+    return Registry(spec_dirs).inject(oci_spec, requested)

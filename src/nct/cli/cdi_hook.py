@@ -1,0 +1,202 @@
+"""`nvidia-cdi-hook` (and `nvidia-ctk hook`): the OCI hooks CDI specs reference.
+
+Compatibility rule from upstream: a hook this version does not know (unknown subcommand or
+flag) prints a warning "Unsupported CDI hook" and exits 0, so specs made by newer toolkits
+keep working. The container comes from the OCI state on stdin (or --container-spec); nothing is
+read from the container's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+PROG = "nvidia-cdi-hook"
+
+
+def _warn_unsupported(what: str) -> None:
+    click.echo(f'{PROG}: warning: Unsupported CDI hook: {what}', err=True)
+
+
+class _HookCommand(click.Command):
+    """A hook subcommand: unknown flags are a warning and exit 0, errors are one line."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            _warn_unsupported(f"{self.name}: {e.format_message()}")
+            ctx.exit(0)
+
+    def invoke(self, ctx):
+        from nct.errors import NctError
+
+        try:
+            return super().invoke(ctx)
+        except NctError as e:
+            click.echo(f"{PROG}: {e}", err=True)
+            ctx.exit(1)
+
+
+class _HookGroup(click.Group):
+    command_class = _HookCommand
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            _warn_unsupported(e.format_message())
+            ctx.exit(0)
+
+    def resolve_command(self, ctx, args):
+        cmd = self.get_command(ctx, args[0]) if args else None
+        if cmd is None and args and not args[0].startswith("-"):
+            _warn_unsupported(args[0])
+            ctx.exit(0)
+        return super().resolve_command(ctx, args)
+
+
+def _state(container_spec: str | None) -> str:
+    """Container root from --container-spec, or from the OCI state JSON on stdin."""
+    from nct.container.hooks import container_root
+    from nct.errors import ContainerError
+
+    if container_spec:
+        return container_root(None, container_spec)
+    data = sys.stdin.read()
+    try:
+        state = json.loads(data)
+    except ValueError as e:
+        raise ContainerError(f"container state on stdin: invalid JSON: {e}") from None
+    if not isinstance(state, dict):
+        raise ContainerError("container state on stdin: not a JSON object")
+    return container_root(state)
+
+
+def _log(ctx: click.Context, msg: str) -> None:
+    obj = ctx.find_root().obj or {}
+    if obj.get("debug") and not obj.get("quiet"):
+        click.echo(f"{PROG}: {msg}", err=True)
+
+
+_spec_option = click.option("--container-spec", default=None, hidden=True, help="Path to the OCI container spec.")
+
+
+def _add_commands(group: click.Group) -> None:
+    @group.command("update-ldcache")
+    @click.option("--folder", "folders", multiple=True, help="A folder to add to the ldcache (repeatable).")
+    @click.option("--ldconfig-path", default="/sbin/ldconfig", show_default=True,
+                  help="Host ldconfig to run (.real preferred when present).")
+    @_spec_option
+    @click.pass_context
+    def update_ldcache(ctx, folders, ldconfig_path, container_spec):
+        """Update the container's ld cache for the given folders (isolated, host ldconfig)."""
+        from nct.container.hooks import open_root
+        from nct.container.ldconfig import run_ldconfig
+
+        with open_root(_state(container_spec)) as root:
+            run_ldconfig(root, list(folders), ldconfig="@" + ldconfig_path, write_conf=True)
+        _log(ctx, f"updated ld cache of {root.path} for {list(folders)}")
+
+    @group.command("create-symlinks")
+    @click.option("--link", "links", multiple=True, help="TARGET::LINK (repeatable).")
+    @_spec_option
+    @click.pass_context
+    def create_symlinks(ctx, links, container_spec):
+        """Create symlinks in the container."""
+        from nct.container.hooks import create_symlinks as run, open_root
+
+        if not links:
+            return
+        with open_root(_state(container_spec)) as root:
+            n = run(root, list(links))
+        _log(ctx, f"created {n} symlinks")
+
+    @group.command("chmod")
+    @click.option("--mode", required=True, help="Octal mode.")
+    @click.option("--path", "paths", multiple=True, help="Container path (repeatable).")
+    @_spec_option
+    def chmod(mode, paths, container_spec):
+        """Change permissions of paths in the container (deprecated)."""
+        from nct.container.hooks import chmod_paths, open_root
+        from nct.errors import ContainerError
+
+        try:
+            value = int(mode, 8)
+        except ValueError:
+            raise ContainerError(f"invalid --mode {mode!r}: want an octal mode") from None
+        if not paths:
+            return
+        with open_root(_state(container_spec)) as root:
+            chmod_paths(root, value, list(paths))
+
+    @group.command("enable-cuda-compat")
+    @click.option("--host-driver-version", default="", help="Host driver version.")
+    @click.option("--host-cuda-version", default="", help="Host CUDA version.")
+    @click.option("--cuda-compat-container-root", default="/usr/local/cuda/compat", show_default=True)
+    @_spec_option
+    @click.pass_context
+    def enable_cuda_compat(ctx, host_driver_version, host_cuda_version, cuda_compat_container_root, container_spec):
+        """Use the image's CUDA forward-compat libraries when newer than the host driver."""
+        from nct.container.compat import enable_compat
+        from nct.container.hooks import open_root
+
+        if not host_driver_version and not host_cuda_version:
+            return
+        with open_root(_state(container_spec)) as root:
+            written = enable_compat(root, cuda_compat_container_root, host_driver_version or None,
+                                    host_cuda_version or None)
+        _log(ctx, f"compat: {written or 'not used'}")
+
+    @group.command("disable-device-node-modification")
+    @_spec_option
+    def disable_device_node_modification(container_spec):
+        """Show ModifyDeviceFiles: 0 in the container's /proc/driver/nvidia/params."""
+        from nct.container.hooks import disable_device_node_modification as run, open_root
+
+        proc = os.environ.get("NCT_PROC_ROOT", "/proc")
+        with open_root(_state(container_spec)) as root:
+            run(root, f"{proc}/driver/nvidia/params")
+
+    @group.command("update-application-profile")
+    @_spec_option
+    def update_application_profile(container_spec):
+        """Restrict EGL to the container's GPUs via an application profile."""
+        from nct.container.hooks import open_root, update_application_profile as run
+
+        with open_root(_state(container_spec)) as root:
+            run(root)
+
+    @group.command("noop", hidden=True)
+    def noop():
+        """Do nothing."""
+
+
+def _group(name: str) -> click.Group:
+    @click.group(name=name, cls=_HookGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option("-d", "--debug", is_flag=True, envvar=["NVIDIA_CTK_DEBUG", "NVIDIA_CDI_DEBUG"],
+                  help="Enable debug-level logging.")
+    @click.option("--quiet", is_flag=True, envvar=["NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET"],
+                  help="Suppress all output except errors.")
+    @click.pass_context
+    def group(ctx: click.Context, debug: bool, quiet: bool) -> None:
+        """OCI hooks used by CDI specifications for NVIDIA devices."""
+        ctx.ensure_object(dict)
+        ctx.obj.setdefault("debug", debug)
+        ctx.obj.setdefault("quiet", quiet)
+        if debug:
+            ctx.obj["debug"] = True
+
+    _add_commands(group)
+    return group
+
+
+cdi_hook = _group("nvidia-cdi-hook")
+ctk_hook = _group("hook")
+
+
+def main() -> None:
+    cdi_hook(prog_name=PROG)

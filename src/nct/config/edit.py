@@ -1,0 +1,301 @@
+"""Edit config.toml in place of a user: tomlkit keeps comments, order and formatting, so
+only the keys asked for change. Used by `nvidia-ctk config` (and the installer).
+
+`--set` parsing follows upstream: `key` alone means true for a boolean, lists split on
+',' (or ':' when there is no ','), values are checked against the model's type, unknown
+keys are refused. A value equal to a key's built-in default is written the way upstream
+writes it in the default file: as the commented suggestion ("#no-cgroups = false").
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from importlib import resources
+
+import tomlkit
+from tomlkit.items import Comment, Null, Table, Trivia
+
+from nct.config import schema
+from nct.config.load import DEFAULT_LDCONFIG, effective_ldconfig, parse_config
+from nct.errors import ConfigError
+
+
+class _Delete:
+    """Sentinel value: remove the key (upstream's `nil` for unset-able keys)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
+_MISSING = object()
+
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def default_text() -> str:
+    """`nvidia-ctk config default`: the packaged default file, with the host's ldconfig."""
+    text = resources.files("nct.config").joinpath("default.toml").read_text(encoding="utf-8")
+    ldconfig = effective_ldconfig(DEFAULT_LDCONFIG)
+    if ldconfig != DEFAULT_LDCONFIG:
+        text = text.replace(f'ldconfig = "{DEFAULT_LDCONFIG}"', f'ldconfig = "{ldconfig}"', 1)
+    return text
+
+
+def parse_document(text: str, source: str | None = None) -> tomlkit.TOMLDocument:
+    """Parse TOML for editing; syntax errors name the file and line."""
+    try:
+        return tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as e:
+        msg = str(e).split(" at line ")[0]
+        raise ConfigError(f"{source or '<config>'}: line {e.line}, column {e.col + 1}: invalid TOML: {msg}") from None
+
+
+def load_document(path: str) -> tuple[tomlkit.TOMLDocument, bool]:
+    """(document, existed). A missing file yields the default document, as upstream's
+    `nvidia-ctk config` does (so `--in-place` creates a complete file)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return parse_document(default_text(), "<default>"), False
+    except (OSError, UnicodeDecodeError) as e:
+        detail = getattr(e, "strerror", None) or str(e)
+        raise ConfigError(f"{path}: cannot read config file: {detail}") from None
+    return parse_document(text, path), True
+
+
+# ---------------------------------------------------------------------------------------
+# --set parsing
+
+
+def lookup_key(key: str) -> schema.Key:
+    """The schema entry for a dotted key; unknown keys are a one-line error."""
+    entry = schema.KEYS.get(key)
+    if entry is None:
+        if key in schema.SECTIONS:
+            raise ConfigError(f"invalid config option {key}: a section, not a key")
+        raise ConfigError(f"invalid config option {key}: unknown key")
+    return entry
+
+
+def split_list(value: str, separator: str | None = None) -> list[str]:
+    """A --set list value: split on `separator`, else on ',' (or ':' without any ',')."""
+    if value == "":
+        return []
+    if separator is None:
+        separator = "," if ("," in value or ":" not in value) else ":"
+    return [p for p in value.split(separator) if p != ""]
+
+
+def parse_value(key: str, value: str | None, *, list_separator: str | None = None) -> object:
+    """Typed value for `--set key[=value]` (None = no '=' given)."""
+    entry = lookup_key(key)
+    if value is None:
+        if entry.kind == "bool":
+            return True
+        raise ConfigError(f"invalid --set option {key}: expected {key}=VALUE")
+    if value == "nil" and key in schema.OPTIONAL_KEYS:
+        return DELETE
+    if entry.kind == "bool":
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+        raise ConfigError(f"invalid --set option {key}={value}: expected a boolean (true/false)")
+    if entry.kind == "list":
+        sep = "," if key == "nvidia-container-cli.environment" and list_separator is None else list_separator
+        return split_list(value, sep)
+    return value
+
+
+def parse_set(flag: str, *, list_separator: str | None = None) -> tuple[str, object]:
+    """`key[=value]` -> (key, typed value or DELETE)."""
+    key, eq, value = flag.partition("=")
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"invalid --set option {flag!r}: empty key")
+    return key, parse_value(key, value if eq else None, list_separator=list_separator)
+
+
+# ---------------------------------------------------------------------------------------
+# document edits
+
+
+def _comment_line(name: str, value: object) -> Comment:
+    rendered = tomlkit.item(value).as_string()
+    return Comment(Trivia(comment_ws="", comment=f"#{name} = {rendered}", trail="\n"))
+
+
+def _container(table):
+    """The tomlkit Container behind a document or table."""
+    return table if isinstance(table, tomlkit.TOMLDocument) else table.value
+
+
+def _find_comment(table, name: str) -> int | None:
+    body = _container(table).body
+    for idx, (k, item) in enumerate(body):
+        if k is None and isinstance(item, Comment):
+            text = item.trivia.comment.lstrip("#").strip()
+            head, eq, _ = text.partition("=")
+            if eq and head.strip() == name:
+                return idx
+    return None
+
+
+def _find_key(table, name: str) -> int | None:
+    for idx, (k, _item) in enumerate(_container(table).body):
+        if k is not None and k.key == name:
+            return idx
+    return None
+
+
+def _get_table(doc: tomlkit.TOMLDocument, section: list[str], create: bool):
+    """Walk to (creating) the table that holds a key; None if absent and not creating."""
+    current = doc
+    for depth, part in enumerate(section):
+        if part in current:
+            nxt = current[part]
+            if not isinstance(nxt, (Table, tomlkit.items.InlineTable)):
+                path = ".".join(section[: depth + 1])
+                raise ConfigError(f"cannot set keys under {path}: it is a value, not a table")
+            current = nxt
+            continue
+        if not create:
+            return None
+        is_super = depth < len(section) - 1
+        new = tomlkit.table(is_super_table=is_super)
+        current.append(part, new)
+        current = current[part]
+    return current
+
+
+def set_value(doc: tomlkit.TOMLDocument, key: str, value: object) -> None:
+    """Set one dotted key, checked against the model. `value` may be typed (bool, str,
+    list) or the raw --set string; DELETE removes the key."""
+    entry = lookup_key(key)
+    if isinstance(value, str) and entry.kind != "str" and entry.kind != "optstr":
+        value = parse_value(key, value)
+    _check_type(entry, value)
+    parts = key.split(".")
+    section, name = parts[:-1], parts[-1]
+
+    if value is DELETE:
+        table = _get_table(doc, section, create=False)
+        if table is not None and name in table:
+            del table[name]
+        return
+
+    suggestion = schema.COMMENTED_SUGGESTIONS.get(key, _MISSING)
+    is_default = value == _as_toml(entry.default) or (
+        key == "nvidia-container-runtime.debug" and value == "/dev/null"
+    )
+    if suggestion is not _MISSING and is_default:
+        # Written as upstream writes defaults: the commented suggestion, no active key.
+        table = _get_table(doc, section, create=False)
+        if table is None:
+            return
+        idx = _find_key(table, name)
+        if idx is None:
+            return
+        if isinstance(table, tomlkit.items.InlineTable):  # no comments inside { ... }
+            del table[name]
+            return
+        container = _container(table)
+        has_comment = _find_comment(table, name) is not None
+        container._remove_at(idx)  # leaves a Null placeholder at idx: indices stay valid
+        if not has_comment:
+            container.body[idx] = (None, _comment_line(name, suggestion))
+        return
+
+    created = _get_table(doc, section, create=False) is None
+    table = _get_table(doc, section, create=True)
+    item = tomlkit.item(value)
+    if name in table:
+        table[name] = item  # tomlkit keeps position and any trailing comment
+    else:
+        comment_idx = _find_comment(table, name)
+        if comment_idx is not None:
+            container = _container(table)
+            container.body[comment_idx] = (None, Null())
+            container._insert_at(comment_idx, name, item)
+        else:
+            table.append(name, item)
+    if created and section:
+        _separate_new_table(doc, section)
+
+
+def _as_toml(default: object) -> object:
+    return list(default) if isinstance(default, tuple) else default
+
+
+def _check_type(entry: schema.Key, value: object) -> None:
+    if value is DELETE:
+        if entry.path not in schema.OPTIONAL_KEYS:
+            raise ConfigError(f"invalid config option {entry.path}: cannot be unset (nil)")
+        return
+    ok = {
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "optstr": lambda v: isinstance(v, str),
+        "list": lambda v: isinstance(v, (list, tuple)) and all(isinstance(i, str) for i in v),
+    }[entry.kind](value)
+    if not ok:
+        raise ConfigError(f"invalid value for {entry.path}: expected {entry.kind}, got {type(value).__name__}")
+
+
+def _separate_new_table(doc: tomlkit.TOMLDocument, section: list[str]) -> None:
+    """A table appended before other tables needs a blank line after it."""
+    top = doc[section[0]]
+    table = doc
+    for part in section:
+        table = table[part]
+    rendered = tomlkit.dumps(doc)
+    block = table.as_string()
+    if not block.endswith("\n\n") and not rendered.endswith(block):
+        table.add(tomlkit.nl())
+    del top
+
+
+def apply_sets(doc: tomlkit.TOMLDocument, flags: list[str], *, list_separator: str | None = None) -> None:
+    """Apply repeated `--set key[=value]` flags in order."""
+    for flag in flags:
+        key, value = parse_set(flag, list_separator=list_separator)
+        set_value(doc, key, value)
+
+
+def render(doc: tomlkit.TOMLDocument, source: str | None = None) -> str:
+    """The document as text, validated by the same loader the runtime uses."""
+    text = tomlkit.dumps(doc)
+    parse_config(text, source)
+    return text
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace `path` atomically (temp file in the same dir + rename); keeps the old
+    file's permission bits, 0644 for a new file; the original is untouched on error."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o644
+        fd, tmp = tempfile.mkstemp(prefix=".nct-", suffix=".toml", dir=directory)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write config file: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigError(f"{path}: cannot write config file: {e.strerror or e}") from None

@@ -1,0 +1,300 @@
+"""Read config.toml into the typed model (hot path: stdlib tomllib only, no click/tomlkit).
+
+Errors are one line naming the file, the line and the dotted key. tomllib reports no
+positions for values, so a bad value's line is found by scanning the text for its key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+
+from nct.config import model, schema
+from nct.config.paths import resolve_config_path
+from nct.errors import ConfigError
+
+DEFAULT_LDCONFIG = "@/sbin/ldconfig"
+LDCONFIG_REAL = "/sbin/ldconfig.real"
+
+
+def _ldconfig_real_exists() -> bool:
+    """Whether the host has Debian/Ubuntu's real ldconfig binary (tests patch this)."""
+    return os.path.exists(LDCONFIG_REAL)
+
+
+def effective_ldconfig(value: str) -> str:
+    """Upstream's normalisation: the default "@/sbin/ldconfig" means "@/sbin/ldconfig.real"
+    on hosts where /sbin/ldconfig is a wrapper script around the real binary."""
+    if value == DEFAULT_LDCONFIG and _ldconfig_real_exists():
+        return "@" + LDCONFIG_REAL
+    return value
+
+
+def default_config() -> model.Config:
+    """The built-in defaults, with the host-dependent ldconfig path applied."""
+    return config_from_mapping({}, None)
+
+
+def load_config(path: str | None = None, *, required: bool | None = None) -> model.Config:
+    """Load the config. path None = upstream resolution (NVIDIA_CTK_CONFIG_FILE_PATH, then
+    $XDG_CONFIG_HOME/..., then /etc/...). A missing file gives the defaults unless it is
+    `required` (default: only when `path` was given explicitly)."""
+    if path is None:
+        path, _ = resolve_config_path()
+        must_exist = bool(required)
+    else:
+        must_exist = True if required is None else required
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        if must_exist:
+            raise ConfigError(f"{path}: config file not found") from None
+        return default_config()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: invalid TOML: not valid UTF-8") from None
+    return parse_config(text, path)
+
+
+_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_END = re.compile(r"\s*\(at end of document\)\s*$")
+
+
+def parse_config(text: str, source: str | None = None) -> model.Config:
+    """Parse config.toml text; `source` names the file in error messages."""
+    name = source or "<config>"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = _POS.search(msg)
+        if m:
+            where = f"line {m.group(1)}, column {m.group(2)}"
+            msg = msg[: m.start()]
+        else:
+            where = f"line {max(1, len(text.splitlines()))}"
+            msg = _END.sub("", msg)
+        raise ConfigError(f"{name}: {where}: invalid TOML: {msg}") from None
+    return config_from_mapping(data, source, text)
+
+
+# ---------------------------------------------------------------------------------------
+# mapping -> model
+
+
+def _toml_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return "date/time"
+
+
+def _show(value: object) -> str:
+    s = repr(value) if not isinstance(value, str) else '"' + value + '"'
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+class _Ctx:
+    """Error reporting context: file name and text for line lookup."""
+
+    def __init__(self, source: str | None, text: str | None):
+        self.source = source
+        self.text = text
+
+    def error(self, key: str, message: str) -> ConfigError:
+        parts = [self.source or "<config>"]
+        if self.text is not None:
+            line = find_key_line(self.text, key)
+            if line is not None:
+                parts.append(f"line {line}")
+        parts.append(key)
+        parts.append(message)
+        return ConfigError(": ".join(parts))
+
+
+def _coerce(ctx: _Ctx, key: schema.Key, value: object) -> object:
+    kind = key.kind
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ctx.error(key.path, f"expected a boolean, got {_toml_type(value)} {_show(value)}")
+    if kind in ("str", "optstr"):
+        if isinstance(value, str):
+            return value
+        raise ctx.error(key.path, f"expected a string, got {_toml_type(value)} {_show(value)}")
+    # list of strings: a TOML array, or a comma-separated string
+    if isinstance(value, str):
+        return tuple(p for p in (s.strip() for s in value.split(",")) if p)
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ctx.error(
+                    key.path, f"expected an array of strings, item {i} is {_toml_type(item)} {_show(item)}"
+                )
+        return tuple(value)
+    raise ctx.error(key.path, f"expected an array of strings, got {_toml_type(value)} {_show(value)}")
+
+
+def _build(ctx: _Ctx, cls: type, prefix: str, data: dict) -> object:
+    kwargs = {}
+    for name, value in data.items():
+        path = f"{prefix}.{name}" if prefix else name
+        attr = name.replace("-", "_")
+        if path in schema.SECTIONS:
+            if not isinstance(value, dict):
+                raise ctx.error(path, f"expected a table, got {_toml_type(value)} {_show(value)}")
+            kwargs[attr] = _build(ctx, schema.SECTIONS[path], path, value)
+        elif path in schema.KEYS:
+            kwargs[attr] = _coerce(ctx, schema.KEYS[path], value)
+        # anything else is an unknown key: kept in Config.raw only
+    return cls(**kwargs)
+
+
+def config_from_mapping(data: dict, source: str | None = None, text: str | None = None) -> model.Config:
+    """Build and validate a Config from parsed TOML (unknown keys stay in `raw`)."""
+    ctx = _Ctx(source, text)
+    cfg = _build(ctx, model.Config, "", data)
+    assert isinstance(cfg, model.Config)
+    _validate(ctx, cfg)
+    cli = cfg.nvidia_container_cli
+    ldconfig = effective_ldconfig(cli.ldconfig)
+    changes: dict = {"source_path": source, "raw": data}
+    if ldconfig != cli.ldconfig:
+        changes["nvidia_container_cli"] = _replace(cli, ldconfig=ldconfig)
+    return _replace(cfg, **changes)
+
+
+def _replace(obj, **changes):
+    import dataclasses  # already loaded by model.py: free
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _validate(ctx: _Ctx, cfg: model.Config) -> None:
+    ldconfig = cfg.nvidia_container_cli.ldconfig
+    if not ldconfig.startswith("@") and not cfg.features.allow_ldconfig_from_container:
+        raise ctx.error(
+            "nvidia-container-cli.ldconfig",
+            f"{_show(ldconfig)} must be a host path starting with '@' "
+            "(or set features.allow-ldconfig-from-container = true)",
+        )
+    rt = cfg.nvidia_container_runtime
+    if rt.mode not in schema.RUNTIME_MODES:
+        raise ctx.error(
+            "nvidia-container-runtime.mode",
+            f"unknown mode {_show(rt.mode)} (expected one of: {', '.join(schema.RUNTIME_MODES)})",
+        )
+    if rt.log_level.lower() not in schema.LOG_LEVELS:
+        raise ctx.error(
+            "nvidia-container-runtime.log-level",
+            f"unknown log level {_show(rt.log_level)} (expected one of: {', '.join(schema.LOG_LEVELS)})",
+        )
+    compat = rt.modes.legacy.cuda_compat_mode
+    if compat not in schema.CUDA_COMPAT_MODES:
+        raise ctx.error(
+            "nvidia-container-runtime.modes.legacy.cuda-compat-mode",
+            f"unknown mode {_show(compat)} (expected one of: {', '.join(schema.CUDA_COMPAT_MODES)})",
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# key -> line number
+
+
+def _split_key(s: str) -> list[str]:
+    """Split a TOML (dotted, possibly quoted) key into its parts."""
+    parts, cur, quote = [], [], ""
+    for ch in s:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                cur.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch == ".":
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def _key_part(line: str) -> str | None:
+    """The key of a `key = value` line (None when the line has no key)."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "=":
+            return line[:i]
+        elif ch == "#":
+            return None
+    return None
+
+
+def find_key_line(text: str, dotted: str) -> int | None:
+    """1-based line of the line that defines `dotted` (or, for a value inside an inline
+    table, of its closest enclosing key); None if it cannot be found."""
+    target = _split_key(dotted) if '"' in dotted or "'" in dotted else dotted.split(".")
+    best: tuple[int, int] | None = None  # (matched parts, line)
+    table: list[str] = []
+    in_multiline = ""
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if in_multiline:
+            if in_multiline in line:
+                in_multiline = ""
+            continue
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            inner = line[2:] if line.startswith("[[") else line[1:]
+            end = inner.find("]")
+            if end < 0:
+                continue
+            table = _split_key(inner[:end])
+            path = table
+        else:
+            key = _key_part(line)
+            if key is None:
+                continue
+            path = table + _split_key(key)
+            rest = line[len(key) + 1 :]
+            for q in ('"""', "'''"):
+                if rest.count(q) == 1:
+                    in_multiline = q
+        k = len(path)
+        if path == target[:k] and (best is None or k > best[0]):
+            best = (k, n)
+            if k == len(target):
+                return n
+    if best is not None and best[0] > 0 and len(target) > best[0]:
+        # only a value inside an inline table / array of tables can land here
+        return best[1] if _is_leafish(text, best[1]) else None
+    return None
+
+
+def _is_leafish(text: str, line: int) -> bool:
+    """True when the line is a key/value (not a table header): the closest key we found
+    holds the target inside an inline value."""
+    return not text.splitlines()[line - 1].lstrip().startswith("[")

@@ -1,0 +1,30 @@
+"""Where config.toml lives: upstream's resolution order, shared by every component."""
+
+from __future__ import annotations
+
+import os
+
+ENV_CONFIG_FILE = "NVIDIA_CTK_CONFIG_FILE_PATH"
+ENV_XDG = "XDG_CONFIG_HOME"
+RELATIVE_PATH = "nvidia-container-runtime/config.toml"
+SYSTEM_PATH = "/etc/" + RELATIVE_PATH
+
+
+def resolve_config_path(environ: "os._Environ[str] | dict[str, str] | None" = None) -> tuple[str, bool]:
+    """Return (path, explicit). `explicit` is True when the path came from
+    NVIDIA_CTK_CONFIG_FILE_PATH: the user named that file, so a missing one is an error.
+    Otherwise $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml, then /etc/...;
+    a missing file there just means built-in defaults."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_CONFIG_FILE, "")
+    if explicit:
+        return explicit, True
+    xdg = env.get(ENV_XDG, "")
+    if xdg:
+        return os.path.join(xdg, RELATIVE_PATH), False
+    return SYSTEM_PATH, False
+
+
+def config_file_path(environ: "dict[str, str] | None" = None) -> str:
+    """The config file path components read by default (see resolve_config_path)."""
+    return resolve_config_path(environ)[0]

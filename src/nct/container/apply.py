@@ -1,0 +1,278 @@
+"""Apply ContainerEdits to a live container (nvidia-container-cli configure, the prestart hook).
+
+Order of work, and why:
+1. In this (host) process: device cgroup rules, then fork a worker.
+2. Worker, still in the host mount namespace: open every host source as a detached mount
+   (open_tree OPEN_TREE_CLONE) with its final mount flags already set, read the proc files to
+   copy, and seal a copy of the host ldconfig. No source path is ever looked up in the
+   container's view.
+3. Worker: setns into /proc/PID/ns/mnt (no pid: stay), re-open the rootfs and check it is the
+   same directory the host sees, then attach each source onto a target resolved and created
+   inside the root (rootfs.Root), deepest-last; then device nodes, symlinks, the
+   /proc/driver/nvidia view, CUDA compat and an isolated ldconfig.
+Errors travel back over a pipe as one line and are raised as ContainerError.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from nct.container import syscalls as sc
+from nct.container.cgroups import DeviceRule, allow_devices
+from nct.container.rootfs import Root
+from nct.edits.model import ContainerEdits
+from nct.errors import ContainerError
+
+DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
+PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
+PROC_FILES = ("params", "version", "registry")
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """Knobs of nvidia-container-cli configure (and config.toml) that change how edits apply."""
+
+    no_cgroups: bool = False
+    no_devbind: bool = False
+    ldconfig: str = "@/sbin/ldconfig"  # "@host-path" or a container path
+    no_ldconfig: bool = False
+    no_pivot: bool = False
+    driver_version: str | None = None  # host NVRM version, for CUDA compat
+    cuda_version: str | None = None
+    cuda_compat_mode: str = "ldconfig"  # ldconfig | mount (treated as ldconfig) | disabled
+    proc_root: str = "/proc"  # host procfs holding driver/nvidia (a sim node's root/proc)
+    host_proc: str = "/proc"  # procfs to find the container's pid/cgroups in
+
+
+def device_rules(edits: ContainerEdits) -> list[DeviceRule]:
+    rules = []
+    for d in edits.device_nodes:
+        acc = "".join(c for c in "rwm" if c in (d.permissions or "rw")) or "rw"
+        rule = DeviceRule(d.type if d.type in ("b", "c") else "c", d.major, d.minor, acc)
+        if rule not in rules:
+            rules.append(rule)
+    return rules
+
+
+def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions = ApplyOptions()) -> None:
+    """Configure the container whose root is `rootfs` (a host path; with `pid`, the container's
+    mount namespace is entered first). Raises ContainerError with one line on failure."""
+    if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/":
+        raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
+    if pid is not None and not options.no_cgroups:
+        allow_devices(pid, device_rules(edits), options.host_proc)
+    _run_in_child(lambda: _work(edits, rootfs, pid, options))
+
+
+def _run_in_child(fn) -> None:
+    r, w = os.pipe2(os.O_CLOEXEC)
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.close(r)
+            fn()
+            code = 0
+        except ContainerError as e:
+            os.write(w, str(e).encode()[:4000])
+        except BaseException as e:  # noqa: BLE001 - an unexpected error still comes back as one line
+            os.write(w, f"{type(e).__name__}: {e}".encode()[:4000])
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while True:
+        b = os.read(r, 4096)
+        if not b:
+            break
+        data += b
+    os.close(r)
+    _, status = os.waitpid(child, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return
+    raise ContainerError(data.decode(errors="replace") or f"configuring the container failed (status {status})")
+
+
+@dataclass
+class _Source:
+    """A host object opened as a detached mount before entering the container."""
+
+    fd: int
+    st: os.stat_result
+    target: str
+    is_dir: bool
+
+
+def _open_source(host_path: str, target: str, attrs: int) -> _Source:
+    try:
+        st = os.stat(host_path)
+    except OSError as e:
+        raise ContainerError(f"host file {host_path}: {e.strerror}") from None
+    fd = sc.open_tree(-100, host_path, sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC)
+    if attrs:
+        sc.mount_setattr(fd, attrs, what=host_path)
+    return _Source(fd, os.fstat(fd), target, stat.S_ISDIR(st.st_mode))
+
+
+def _attach(root: Root, src: _Source) -> None:
+    """Mount a prepared source onto its target inside the root, then verify it is there."""
+    tfd = root.mount_target(src.target, src.is_dir)
+    try:
+        sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, src.target)
+    finally:
+        os.close(tfd)
+    st = root.stat(src.target)
+    if st is None or (st.st_dev, st.st_ino) != (src.st.st_dev, src.st.st_ino):
+        raise ContainerError(f"mount {src.target}: target changed while mounting in container root {root.path}")
+
+
+def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
+    """Enter the container's mount namespace and open its root, checking it is the directory
+    the host knows as `rootfs` (or, once the runtime has pivoted, the namespace's /)."""
+    try:
+        want = os.stat(rootfs)
+    except OSError as e:
+        raise ContainerError(f"rootfs {rootfs}: {e.strerror}") from None
+    if pid is None:
+        return Root(rootfs)
+    try:
+        nsfd = os.open(f"{host_proc}/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"container pid {pid}: {e.strerror}") from None
+    try:
+        sc.setns(nsfd, sc.CLONE_NEWNS, f"mount namespace of pid {pid}")
+    finally:
+        os.close(nsfd)
+    for candidate in (rootfs, "/"):
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            return Root(candidate)
+    raise ContainerError(f"rootfs {rootfs} not found in the mount namespace of pid {pid}")
+
+
+def _proc_copies(proc_root: str) -> dict[str, bytes]:
+    out = {}
+    for name in PROC_FILES:
+        try:
+            with open(f"{proc_root}/driver/nvidia/{name}", "rb") as f:
+                data = f.read(1 << 20)
+        except OSError:
+            continue
+        if name == "params":
+            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+        out[name] = data
+    return out
+
+
+def _proc_view(root: Root, files: dict[str, bytes], gpus: list[tuple[str, _Source]]) -> None:
+    """tmpfs (0555, nodev,nosuid,noexec) at /proc/driver/nvidia with copies of the driver's
+    proc files and the selected GPUs' dirs bind-mounted under gpus/."""
+    mnt = sc.fsmount_tmpfs({"mode": "0555"}, PROC_ATTRS, "/proc/driver/nvidia")
+    try:
+        for name, data in files.items():
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444, dir_fd=mnt)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        if gpus:
+            os.mkdir("gpus", 0o555, dir_fd=mnt)
+            for bus, _ in gpus:
+                os.mkdir(f"gpus/{bus}", 0o555, dir_fd=mnt)
+        target = _proc_target(root)
+        try:
+            sc.move_mount(mnt, "", target, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                          "/proc/driver/nvidia")
+        finally:
+            os.close(target)
+        for bus, src in gpus:
+            tfd = os.open(f"gpus/{bus}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mnt)
+            try:
+                sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                              f"/proc/driver/nvidia/gpus/{bus}")
+            finally:
+                os.close(tfd)
+    finally:
+        os.close(mnt)
+
+
+def _proc_target(root: Root) -> int:
+    """/proc/driver/nvidia in the container. When the container's procfs has no such dir (no
+    real driver loaded: simulated nodes), a tmpfs over /proc/driver provides one."""
+    try:
+        return root.mkdirs("/proc/driver/nvidia")
+    except ContainerError:
+        pass
+    drv = root.mkdirs("/proc/driver")
+    try:
+        mnt = sc.fsmount_tmpfs({"mode": "0555"}, PROC_ATTRS, "/proc/driver")
+        try:
+            os.mkdir("nvidia", 0o555, dir_fd=mnt)
+            sc.move_mount(mnt, "", drv, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, "/proc/driver")
+        finally:
+            os.close(mnt)
+    finally:
+        os.close(drv)
+    return root.mkdirs("/proc/driver/nvidia")
+
+
+def _depth(path: str) -> int:
+    return len([c for c in path.split("/") if c])
+
+
+def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions) -> None:
+    from nct.container import compat, ldconfig
+
+    # -- host side: open everything we will mount or run --
+    mounts = []
+    for m in sorted(edits.mounts, key=lambda m: _depth(m.container_path)):
+        if m.type not in (None, "bind", "rbind"):
+            raise ContainerError(f"mount {m.container_path}: unsupported mount type {m.type}")
+        mounts.append(_open_source(m.host_path, m.container_path, sc.attrs_from_options(m.options)))
+    devices = []
+    for d in edits.device_nodes:
+        if options.no_devbind:
+            try:
+                st = os.stat(d.host_path)
+                mode = d.file_mode or st.st_mode
+            except OSError:
+                mode = d.file_mode or (stat.S_IFCHR | 0o666)
+            devices.append((d, None, mode))
+        else:
+            devices.append((d, _open_source(d.host_path, d.path, DEVICE_ATTRS), 0))
+    proc_files: dict[str, bytes] = {}
+    gpu_dirs: list[tuple[str, _Source]] = []
+    if edits.proc_driver_gpus is not None:
+        proc_files = _proc_copies(options.proc_root)
+        for bus in edits.proc_driver_gpus:
+            src = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
+            gpu_dirs.append((bus, _open_source(src, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
+    ld_fd = None
+    run_ld = not options.no_ldconfig and (edits.ldconfig_folders or edits.cuda_compat_dir)
+    host_ld = ldconfig.host_ldconfig(options.ldconfig)
+    if run_ld and host_ld is not None:
+        ld_fd = ldconfig.sealed_copy(host_ld)
+
+    # -- container side --
+    root = _enter(rootfs, pid, options.host_proc)
+    for src in mounts:
+        _attach(root, src)
+    for d, src, mode in devices:
+        if src is not None:
+            _attach(root, src)
+        else:
+            root.mknod(d.path, mode, d.major, d.minor)
+    for s in edits.symlinks:
+        root.symlink(s.target, s.link)
+    if edits.proc_driver_gpus is not None:
+        _proc_view(root, proc_files, gpu_dirs)
+    if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
+        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version)
+    if run_ld:
+        ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
+                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd)

@@ -1,0 +1,230 @@
+"""Device cgroup: let a container open the device nodes we give it.
+
+cgroup v1: append "c MAJ:MIN rw" rules to the container's devices.allow.
+cgroup v2: device access is decided by BPF_PROG_TYPE_CGROUP_DEVICE programs attached to the
+container's cgroup (runc attaches one). We load, for each attached program, a new program
+made of our allow rules followed by that program's own instructions (so its allows and denies
+keep applying to everything else), attach it next to the old one and detach the old one.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import struct
+from dataclasses import dataclass
+
+from nct.container import syscalls as sc
+from nct.errors import ContainerError
+
+
+@dataclass(frozen=True)
+class DeviceRule:
+    """One allow rule: type "c"/"b", major, minor (-1 = any), access subset of "rwm"."""
+
+    type: str
+    major: int
+    minor: int
+    access: str = "rw"
+
+    def v1(self) -> str:
+        minor = "*" if self.minor < 0 else str(self.minor)
+        return f"{self.type} {self.major}:{minor} {self.access}"
+
+
+# ---- locating the container's cgroups ------------------------------------------------------
+def _mounts(mountinfo: str) -> list[tuple[str, str, str, str]]:
+    """(root, mount point, fstype, super options) of cgroup mounts in a mountinfo file."""
+    out = []
+    with open(mountinfo) as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if len(fields) >= 5 and rfields and rfields[0] in ("cgroup", "cgroup2"):
+                point = fields[4].replace("\\040", " ")
+                out.append((fields[3], point, rfields[0], rfields[2] if len(rfields) > 2 else ""))
+    return out
+
+
+def _join(mount_root: str, point: str, cgpath: str) -> str | None:
+    if mount_root != "/":
+        if cgpath != mount_root and not cgpath.startswith(mount_root.rstrip("/") + "/"):
+            return None
+        cgpath = cgpath[len(mount_root):] or "/"
+    return os.path.normpath(point + "/" + cgpath.lstrip("/"))
+
+
+def find_device_cgroups(pid: int, proc_root: str = "/proc",
+                        mountinfo: str = "/proc/self/mountinfo") -> tuple[str | None, str | None]:
+    """(v1 devices cgroup dir, v2 cgroup dir) of process `pid`, as seen from this process."""
+    try:
+        with open(f"{proc_root}/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ContainerError(f"{proc_root}/{pid}/cgroup: {e.strerror}") from None
+    v1_path = v2_path = None
+    for line in lines:
+        hid, _, rest = line.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if hid == "0" and ctrls == "":
+            v2_path = path
+        elif "devices" in ctrls.split(","):
+            v1_path = path
+    v1_dir = v2_dir = None
+    for root, point, fstype, opts in _mounts(mountinfo):
+        if fstype == "cgroup" and v1_path is not None and "devices" in opts.split(",") and v1_dir is None:
+            v1_dir = _join(root, point, v1_path)
+        elif fstype == "cgroup2" and v2_path is not None and v2_dir is None:
+            v2_dir = _join(root, point, v2_path)
+    return v1_dir, v2_dir
+
+
+# ---- v1 -------------------------------------------------------------------------------------
+def allow_v1(cgroup_dir: str, rules: list[DeviceRule]) -> None:
+    path = os.path.join(cgroup_dir, "devices.allow")
+    for rule in rules:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, rule.v1().encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise ContainerError(f"{path}: cannot allow {rule.v1()}: {e.strerror}") from None
+
+
+# ---- v2: BPF programs -----------------------------------------------------------------------
+_BPF_DEVCG_DEV = {"b": 1, "c": 2}
+_BPF_DEVCG_ACC = {"m": 1, "r": 2, "w": 4}
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+# opcodes
+_LDX_W = 0x61  # r_dst = *(u32 *)(r_src + off)
+_MOV64_REG, _MOV64_K = 0xBF, 0xB7
+_AND64_K, _RSH64_K = 0x57, 0x77
+_JNE_K = 0x55
+_EXIT = 0x95
+
+
+def rules_prologue(rules: list[DeviceRule]) -> bytes:
+    """Instructions returning 1 (allow) for a device our rules allow; falls through otherwise.
+    r1 (the context) is left intact for the instructions that follow."""
+    code = [
+        _insn(_LDX_W, 2, 1, 0),       # r2 = ctx->access_type
+        _insn(_MOV64_REG, 3, 2),      # r3 = r2
+        _insn(_AND64_K, 3, imm=0xFFFF),  # r3 = device type
+        _insn(_RSH64_K, 2, imm=16),   # r2 = access bits
+        _insn(_LDX_W, 4, 1, 4),       # r4 = major
+        _insn(_LDX_W, 5, 1, 8),       # r5 = minor
+    ]
+    for rule in rules:
+        acc = 0
+        for ch in rule.access:
+            acc |= _BPF_DEVCG_ACC[ch]
+        block = [("type", rule.type), ("major", rule.major)]
+        if rule.minor >= 0:
+            block.append(("minor", rule.minor))
+        n = len(block) + 5  # compares + mov/and/jne + mov/exit
+        out: list[bytes] = []
+        for what, value in block:
+            reg = {"type": 3, "major": 4, "minor": 5}[what]
+            imm = _BPF_DEVCG_DEV[value] if what == "type" else value
+            out.append(_insn(_JNE_K, reg, off=n - len(out) - 1, imm=imm))
+        out.append(_insn(_MOV64_REG, 0, 2))
+        out.append(_insn(_AND64_K, 0, imm=~acc & 0xFFFF))
+        out.append(_insn(_JNE_K, 0, off=n - len(out) - 1, imm=0))
+        out.append(_insn(_MOV64_K, 0, imm=1))
+        out.append(_insn(_EXIT))
+        code.extend(out)
+    return b"".join(code)
+
+
+def deny_all_program(allow: list[DeviceRule] = ()) -> bytes:
+    """A complete program: allow `allow`, deny everything else (what runc attaches, in tests)."""
+    return rules_prologue(list(allow)) + _insn(_MOV64_K, 0, imm=0) + _insn(_EXIT)
+
+
+def _raise_memlock() -> None:
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        pass
+
+
+def attached_programs(cgroup_dir: str) -> tuple[int, list[int]]:
+    fd = _open_cgroup(cgroup_dir)
+    try:
+        return sc.bpf_prog_query(fd, cgroup_dir)
+    finally:
+        os.close(fd)
+
+
+def _open_cgroup(cgroup_dir: str) -> int:
+    try:
+        return os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"cgroup {cgroup_dir}: {e.strerror}") from None
+
+
+def attach_program(cgroup_dir: str, insns: bytes) -> None:
+    """Load and attach a complete device program (BPF_F_ALLOW_MULTI). Used by tests and
+    where a cgroup has no program yet but must be restricted."""
+    _raise_memlock()
+    cg = _open_cgroup(cgroup_dir)
+    try:
+        prog = sc.bpf_prog_load_device(insns)
+        try:
+            sc.bpf_prog_attach(cg, prog, sc.BPF_F_ALLOW_MULTI, what=cgroup_dir)
+        finally:
+            os.close(prog)
+    finally:
+        os.close(cg)
+
+
+def allow_v2(cgroup_dir: str, rules: list[DeviceRule]) -> int:
+    """Add allow rules in front of every device program attached to `cgroup_dir`.
+    Returns how many programs were replaced (0 = no program: nothing restricts devices)."""
+    if not rules:
+        return 0
+    cg = _open_cgroup(cgroup_dir)
+    try:
+        flags, ids = sc.bpf_prog_query(cg, cgroup_dir)
+        if not ids:
+            return 0
+        _raise_memlock()
+        prologue = rules_prologue(rules)
+        for prog_id in ids:
+            old = sc.bpf_prog_get_fd_by_id(prog_id)
+            try:
+                new = sc.bpf_prog_load_device(prologue + sc.bpf_prog_xlated(old))
+                try:
+                    if flags & sc.BPF_F_ALLOW_MULTI:
+                        # Attach next to the old one (both must allow: never wider), then drop it.
+                        sc.bpf_prog_attach(cg, new, sc.BPF_F_ALLOW_MULTI, what=cgroup_dir)
+                        sc.bpf_prog_detach(cg, old, what=cgroup_dir)
+                    else:  # single-program cgroup: attaching with the same flags replaces it
+                        sc.bpf_prog_attach(cg, new, flags, what=cgroup_dir)
+                finally:
+                    os.close(new)
+            finally:
+                os.close(old)
+        return len(ids)
+    finally:
+        os.close(cg)
+
+
+def allow_devices(pid: int, rules: list[DeviceRule], proc_root: str = "/proc") -> None:
+    """Allow `rules` in the device cgroup(s) of process `pid` (v1 and/or v2)."""
+    if not rules:
+        return
+    v1_dir, v2_dir = find_device_cgroups(pid, proc_root)
+    if v1_dir is None and v2_dir is None:
+        raise ContainerError(f"no device cgroup found for pid {pid}")
+    if v1_dir is not None:
+        allow_v1(v1_dir, rules)
+    if v2_dir is not None and os.path.isdir(v2_dir):
+        allow_v2(v2_dir, rules)

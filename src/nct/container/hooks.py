@@ -1,0 +1,161 @@
+"""The nvidia-cdi-hook operations on a container root, built on the same primitives as
+apply.py. They run as OCI createContainer hooks: already in the container's mount namespace,
+before pivot_root, with the container root given by the bundle. Nothing here reads the
+container's environment; processes we start get an empty one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import uuid
+
+from nct.container import syscalls as sc
+from nct.container.rootfs import Root
+from nct.errors import ContainerError
+
+APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
+APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
+_GPU_NODE = re.compile(r"^nvidia(\d+)$")
+
+
+def container_root(state: dict | None = None, spec_path: str | None = None) -> str:
+    """The container's root path: the state's `root` (crun), else root.path of the bundle's
+    config.json (or of the spec given with --container-spec), relative to its directory."""
+    if state is not None and isinstance(state.get("root"), str) and state["root"]:
+        return state["root"]
+    if spec_path is None:
+        bundle = (state or {}).get("bundle")
+        if not bundle:
+            raise ContainerError("container state has no bundle")
+        spec_path = os.path.join(bundle, "config.json")
+    try:
+        with open(spec_path) as f:
+            spec = json.load(f)
+    except OSError as e:
+        raise ContainerError(f"{spec_path}: {e.strerror}") from None
+    except ValueError as e:
+        raise ContainerError(f"{spec_path}: invalid JSON: {e}") from None
+    root = (spec.get("root") or {}).get("path") if isinstance(spec, dict) else None
+    if not root:
+        raise ContainerError(f"{spec_path}: no root.path")
+    if not os.path.isabs(root):
+        root = os.path.join(os.path.dirname(os.path.abspath(spec_path)), root)
+    return root
+
+
+def open_root(path: str) -> Root:
+    if os.path.normpath(path) == "/":
+        raise ContainerError("container root must not be /")
+    return Root(path)
+
+
+def create_symlinks(root: Root, links: list[str]) -> int:
+    """--link TARGET::LINK. Returns how many links were created or replaced."""
+    made = 0
+    for spec in links:
+        target, sep, link = spec.partition("::")
+        if not sep or not target or not link:
+            raise ContainerError(f"invalid --link {spec!r}: want TARGET::LINK")
+        made += root.symlink(target, link)
+    return made
+
+
+def chmod_paths(root: Root, mode: int, paths: list[str]) -> None:
+    for p in paths:
+        if root.lstat(p) is None:
+            continue
+        root.chmod(p, mode)
+
+
+def disable_device_node_modification(root: Root, host_params: str = "/proc/driver/nvidia/params") -> bool:
+    """Show the container a copy of the driver params with ModifyDeviceFiles: 0 (so CUDA in
+    the container never tries to create device nodes). No-op unless the host says 1."""
+    try:
+        with open(host_params, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return False
+    if b"ModifyDeviceFiles: 1" not in data:
+        return False
+    try:
+        target = root.open("/proc/driver/nvidia/params", os.O_PATH)
+    except FileNotFoundError:
+        return False
+    try:
+        data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+        attrs = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSYMFOLLOW
+        mnt = sc.fsmount_tmpfs({"mode": "0555"}, sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC,
+                               "params copy")
+        try:
+            fd = os.open("nvct-params", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444, dir_fd=mnt)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            try:  # bind the file straight out of the detached tmpfs (recent kernels)
+                src = sc.open_tree(mnt, "nvct-params", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC)
+            except ContainerError:  # older kernels: the tmpfs must be mounted first (as upstream)
+                holder = root.mkdirs(f"/run/nvidia-ctk-hook-{uuid.uuid4().hex[:12]}")
+                try:
+                    sc.move_mount(mnt, "", holder, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                                  "params copy")
+                finally:
+                    os.close(holder)
+                src = sc.open_tree(mnt, "nvct-params", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC)
+        finally:
+            os.close(mnt)
+        try:
+            sc.mount_setattr(src, attrs, what="params copy")
+            sc.move_mount(src, "", target, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                          "/proc/driver/nvidia/params")
+        finally:
+            os.close(src)
+    finally:
+        os.close(target)
+    return True
+
+
+def gpu_minor_mask(root: Root) -> int:
+    """Bitmask of the minors (0-63) of the /dev/nvidiaN char devices in the container."""
+    mask = 0
+    for name in root.listdir("/dev"):
+        if not _GPU_NODE.match(name):
+            continue
+        st = root.lstat(f"/dev/{name}")
+        if st is None or not stat.S_ISCHR(st.st_mode):
+            continue
+        minor = os.minor(st.st_rdev)
+        if minor < 64:
+            mask |= 1 << minor
+    return mask
+
+
+def application_profile(mask: int) -> str:
+    return (
+        "{\n"
+        '    "profiles": [\n'
+        "        {\n"
+        '            "name": "_container_",\n'
+        f'            "settings": [ "EGLVisibleDGPUDevices", {hex(mask)} ]\n'
+        "        }\n"
+        "    ],\n"
+        '    "rules": [\n'
+        "        {\n"
+        '            "pattern": [],\n'
+        '            "profile": "_container_"\n'
+        "        }\n"
+        "    ]\n"
+        "}\n"
+    )
+
+
+def update_application_profile(root: Root) -> bool:
+    mask = gpu_minor_mask(root)
+    if not mask:
+        return False
+    os.close(root.mkdirs("/etc/nvidia"))
+    os.close(root.mkdirs(APP_PROFILE_DIR, 0o555))
+    root.write_file(APP_PROFILE_FILE, application_profile(mask).encode(), 0o444)
+    return True

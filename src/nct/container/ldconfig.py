@@ -1,0 +1,234 @@
+"""Run ldconfig against a container root without ever touching the host.
+
+The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
+anything else happens, so the binary we run cannot be swapped by the image. A forked child
+then takes its own mount namespace, makes every mount private, pivots into the container root
+(chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
+read-only tmpfs mounts and execs the memfd with an empty environment. From there on every path
+ldconfig (or we) touch resolves inside the container root by construction: an image whose /etc
+is a symlink to a host path just writes inside its own rootfs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import resource
+import stat
+import uuid
+
+from nct.container import syscalls as sc
+from nct.container.rootfs import Root
+from nct.errors import ContainerError
+
+MFD_EXEC = 0x10
+LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
+
+
+def host_ldconfig(spec: str) -> str | None:
+    """Host path of the ldconfig to run for a config value; None = use the container's own.
+    "@/sbin/ldconfig" -> /sbin/ldconfig.real when it exists, else /sbin/ldconfig."""
+    if not spec.startswith("@"):
+        return None
+    path = spec[1:]
+    if os.path.exists(path + ".real"):
+        return path + ".real"
+    return path
+
+
+def sealed_copy(path: str) -> int:
+    """A sealed, read-only memfd holding a copy of executable `path`."""
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
+    try:
+        try:
+            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
+        except OSError:
+            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        size = os.fstat(src).st_size
+        off = 0
+        while off < size:
+            n = os.sendfile(mfd, src, off, size - off)
+            if n <= 0:
+                break
+            off += n
+        os.fchmod(mfd, 0o555)
+        fcntl.fcntl(mfd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+        return mfd
+    finally:
+        os.close(src)
+
+
+def system_dirs(root: Root) -> list[str]:
+    """The container's default library dirs (Debian multiarch vs lib64 layouts)."""
+    if root.stat("/etc/debian_version") is not None:
+        triplet = os.uname().machine + "-linux-gnu"
+        return [f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib", "/usr/lib"]
+    return ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
+
+
+def conf_folders(folders: list[str]) -> list[str]:
+    """Folders with duplicates removed, order kept."""
+    out: list[str] = []
+    for f in folders:
+        f = "/" + f.strip("/")
+        if f not in out:
+            out.append(f)
+    return out
+
+
+def _listed_in_conf(root: Root) -> set[str]:
+    """Directories already configured in the container's ld.so.conf(.d)."""
+    seen: set[str] = set()
+    files = ["/etc/ld.so.conf"] + [f"/etc/ld.so.conf.d/{n}" for n in sorted(root.listdir("/etc/ld.so.conf.d"))
+                                   if n.endswith(".conf")]
+    for name in files:
+        try:
+            fd = root.open(name, os.O_RDONLY)
+        except (FileNotFoundError, ContainerError):
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            data = os.read(fd, 1 << 20).decode(errors="replace")
+        finally:
+            os.close(fd)
+        for line in data.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("/"):
+                seen.add("/" + line.strip("/"))
+    return seen
+
+
+def prepare_conf(root: Root, folders: list[str]) -> list[tuple[str, bytes]]:
+    """Files the update-ldcache hook writes: ld.so.conf.d entries for folders not already
+    configured (00-nvcr-*) and for the container's system dirs (zz-nvcr-*)."""
+    known = _listed_in_conf(root)
+    system = system_dirs(root)
+    ours = [f for f in conf_folders(folders) if f not in known and f not in system]
+    files: list[tuple[str, bytes]] = []
+    tag = uuid.uuid4().hex[:10]
+    if ours:
+        files.append((f"/etc/ld.so.conf.d/00-nvcr-{tag}.conf", ("\n".join(ours) + "\n").encode()))
+    sys_new = [d for d in system if d not in known]
+    if sys_new:
+        files.append((f"/etc/ld.so.conf.d/zz-nvcr-{tag}.conf", ("\n".join(sys_new) + "\n").encode()))
+    return files
+
+
+def _hide(path: str) -> None:
+    """Read-only empty tmpfs over a real directory (not a symlink) of the new root."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            sc.mount("tmpfs", path, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "mode=0555")
+        except ContainerError as e:  # still inside the root: hiding is defence in depth
+            os.write(2, f"warning: cannot hide {path}: {e}\n".encode())
+
+
+def _enter_root(root_fd: int, no_pivot: bool) -> None:
+    """In a fresh private mount namespace, make the container root our "/"."""
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    if not no_pivot:
+        try:
+            tree = sc.open_tree(root_fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
+                                | sc.AT_EMPTY_PATH)
+            sc.move_mount(tree, "", root_fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                          "container root")
+            os.fchdir(tree)
+            sc.pivot_root(".", ".")
+            sc.umount2(".", sc.MNT_DETACH)
+            os.chdir("/")
+            return
+        except ContainerError:
+            pass  # e.g. the root is initramfs: chroot below (still in a private namespace)
+    os.fchdir(root_fd)
+    os.chroot(".")
+    os.chdir("/")
+
+
+def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldconfig",
+                 write_conf: bool = False, extra_files: list[tuple[str, bytes]] = (),
+                 no_pivot: bool = False, ldconfig_fd: int | None = None) -> None:
+    """Update the container's /etc/ld.so.cache for `folders` (container paths).
+
+    write_conf=False: the dirs are passed on ldconfig's command line (nvidia-container-cli
+    configure). write_conf=True: they are recorded in /etc/ld.so.conf.d (the CDI hook).
+    `extra_files` are written (in-root) before ldconfig runs.
+    """
+    own_fd = ldconfig_fd is None
+    host = host_ldconfig(ldconfig)
+    if host is None:
+        container_bin = ldconfig
+        if root.stat(ldconfig + ".real") is not None:
+            container_bin = ldconfig + ".real"
+        argv0 = container_bin
+    else:
+        argv0 = host
+        if own_fd:
+            ldconfig_fd = sealed_copy(host)
+    files: list[tuple[str, bytes]] = list(extra_files)
+    args = ["-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
+    if write_conf:
+        files.extend(prepare_conf(root, folders))
+    else:
+        args.extend(conf_folders(folders))
+    # Writes happen in-root from here (the child below is chrooted anyway).
+    root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
+    for path, data in files:
+        root.write_file(path, data, 0o644)
+    try:
+        _spawn(root, ldconfig_fd, argv0, args, no_pivot)
+    finally:
+        if own_fd and ldconfig_fd is not None:
+            os.close(ldconfig_fd)
+
+
+def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool) -> None:
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 127
+        try:
+            os.close(err_r)
+            os.dup2(err_w, 2)
+            os.dup2(err_w, 1)
+            devnull = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(devnull, 0)
+            _enter_root(root.fd, no_pivot)
+            for d in ("/proc", "/sys", "/dev"):
+                _hide(d)
+            resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            if exe_fd is not None:
+                os.execve(exe_fd, [argv0] + args, {})
+            os.execve(argv0, [argv0] + args, {})
+        except BaseException as e:  # noqa: BLE001 - report anything, then die
+            try:
+                os.write(2, f"ldconfig: {e}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+    os.close(err_w)
+    chunks = []
+    while True:
+        b = os.read(err_r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(err_r)
+    _, status = os.waitpid(pid, 0)
+    out = b"".join(chunks).decode(errors="replace").strip()
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+        last = out.splitlines()[-1] if out else f"exit status {rc}"
+        raise ContainerError(f"ldconfig in container root {root.path} failed: {last}")

@@ -1,0 +1,330 @@
+"""Safe path handling inside a container root (securejoin semantics, fd based).
+
+Every container path is resolved relative to an open fd of the root: each component is opened
+with O_NOFOLLOW relative to its parent's fd; a symlink is read and its target re-interpreted
+inside the root (absolute targets restart at the root, ".." never climbs above it), exactly as
+a process chrooted into the rootfs would see it. The kernel does the same with openat2
+RESOLVE_IN_ROOT, used for plain look-ups when available. Results are O_PATH fds, so what we
+mount on, write to or create in is the object we resolved (no TOCTOU on path strings).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+
+from nct.container import syscalls as sc
+from nct.errors import ContainerError
+
+MAX_SYMLINKS = 40
+_O_PATH = os.O_PATH | os.O_CLOEXEC
+# Tests flip this to exercise the component walk even where openat2 exists.
+USE_OPENAT2 = True
+
+
+def _comps(path: str) -> list[str]:
+    return [c for c in path.split("/") if c not in ("", ".")]
+
+
+class Root:
+    """An open container root directory. Close it (or use `with`) when done."""
+
+    def __init__(self, path: str, fd: int | None = None):
+        self.path = path
+        try:
+            self.fd = fd if fd is not None else os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"container root {path}: {e.strerror}") from None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "Root":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- resolution ------------------------------------------------------------------------
+    def _walk(self, path: str, *, create_dirs: bool, follow_last: bool, want: str | None = None,
+              mode: int = 0o755) -> tuple[int, str]:
+        """Resolve `path` in the root; returns (O_PATH fd, in-root path). create_dirs creates
+        missing directories (the last one too when want == "dir")."""
+        stack: list[tuple[str, int]] = []  # (name, fd) below the root
+        todo = _comps(path)
+        todo.reverse()
+        links = 0
+
+        def cur() -> int:
+            return stack[-1][1] if stack else self.fd
+
+        def where() -> str:
+            return "/" + "/".join(n for n, _ in stack)
+
+        try:
+            while todo:
+                comp = todo.pop()
+                last = not todo
+                if comp == "..":
+                    if stack:
+                        os.close(stack.pop()[1])
+                    continue
+                try:
+                    fd = os.open(comp, _O_PATH | os.O_NOFOLLOW, dir_fd=cur())
+                except FileNotFoundError:
+                    if not create_dirs or (last and want != "dir"):
+                        raise
+                    try:
+                        os.mkdir(comp, mode, dir_fd=cur())
+                    except FileExistsError:
+                        pass  # raced with a creator: look again
+                    except OSError as e:
+                        raise ContainerError(f"mkdir {where().rstrip('/')}/{comp} in container root "
+                                             f"{self.path}: {e.strerror}") from None
+                    todo.append(comp)
+                    continue
+                st = os.fstat(fd)
+                if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
+                    links += 1
+                    if links > MAX_SYMLINKS:
+                        os.close(fd)
+                        raise ContainerError(f"{path}: too many levels of symbolic links in container root {self.path}")
+                    target = os.readlink(comp, dir_fd=cur())
+                    os.close(fd)
+                    if target.startswith("/"):
+                        while stack:
+                            os.close(stack.pop()[1])
+                    new = _comps(target)
+                    new.reverse()
+                    todo.extend(new)
+                    continue
+                if not last and not stat.S_ISDIR(st.st_mode):
+                    os.close(fd)
+                    raise ContainerError(
+                        f"{path}: {where().rstrip('/')}/{comp} is not a directory in container root {self.path}")
+                stack.append((comp, fd))
+            if not stack:
+                return os.dup(self.fd), "/"
+            name, fd = stack.pop()
+            inroot = where().rstrip("/") + "/" + name
+            return fd, inroot
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            for _, fd in stack:
+                os.close(fd)
+
+    def open(self, path: str, flags: int = _O_PATH, *, follow: bool = True) -> int:
+        """Open an existing path in the root. Raises FileNotFoundError when it does not exist."""
+        if USE_OPENAT2 and follow:
+            try:
+                return sc.openat2(self.fd, path, flags | os.O_CLOEXEC,
+                                  sc.RESOLVE_IN_ROOT | sc.RESOLVE_NO_MAGICLINKS)
+            except sc.SyscallError as e:
+                if e.errno == errno.ENOENT:
+                    raise FileNotFoundError(errno.ENOENT, f"{path} in {self.path}") from None
+                if e.errno not in (errno.ENOSYS, errno.EPERM, errno.EXDEV, errno.ELOOP):
+                    raise ContainerError(f"{path} in container root {self.path}: {os.strerror(e.errno)}") from None
+        fd, _ = self._walk(path, create_dirs=False, follow_last=follow)
+        if flags & os.O_PATH and flags & ~(os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_DIRECTORY) == 0:
+            if flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise ContainerError(f"{path} in container root {self.path}: not a directory")
+            return fd
+        try:  # re-open the resolved object with the wanted flags, without a path lookup
+            return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+
+    def resolve(self, path: str) -> str:
+        """The in-root path `path` resolves to (symlinks followed inside the root)."""
+        fd, inroot = self._walk(path, create_dirs=False, follow_last=True)
+        os.close(fd)
+        return inroot
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """lstat of the last component (parents resolved in-root); None when absent."""
+        try:
+            fd, _ = self._walk(path, create_dirs=False, follow_last=False)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def stat(self, path: str) -> os.stat_result | None:
+        try:
+            fd = self.open(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    # ---- creation --------------------------------------------------------------------------
+    def mkdirs(self, path: str, mode: int = 0o755) -> int:
+        """O_PATH fd of directory `path`, creating missing components (mode 0755)."""
+        fd, inroot = self._walk(path, create_dirs=True, follow_last=True, want="dir", mode=mode)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ContainerError(f"{path}: {inroot} is a file where a directory is needed in container root {self.path}")
+        return fd
+
+    def parent(self, path: str, create: bool = True) -> tuple[int, str]:
+        """(O_PATH fd of the parent directory, last component) of a container path."""
+        comps = _comps(path)
+        if not comps or comps[-1] == "..":
+            raise ContainerError(f"{path}: not a file path in container root {self.path}")
+        head = "/" + "/".join(comps[:-1])
+        if create:
+            return self.mkdirs(head), comps[-1]
+        fd, _ = self._walk(head, create_dirs=False, follow_last=True)
+        return fd, comps[-1]
+
+    def mount_target(self, path: str, directory: bool, mode: int = 0o644) -> int:
+        """O_PATH fd of a mount target: a directory, or a non-directory file (created empty
+        when absent). A symlink at `path` is followed inside the root, as runc does."""
+        if directory:
+            return self.mkdirs(path)
+        pfd, name = self.parent(path)
+        try:
+            for _ in range(MAX_SYMLINKS):
+                try:
+                    fd = os.open(name, _O_PATH | os.O_NOFOLLOW, dir_fd=pfd)
+                except FileNotFoundError:
+                    try:
+                        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                         mode, dir_fd=pfd))
+                    except FileExistsError:
+                        pass
+                    continue
+                st = os.fstat(fd)
+                if stat.S_ISLNK(st.st_mode):
+                    os.close(fd)
+                    inroot = self._walk(path, create_dirs=False, follow_last=False)
+                    os.close(inroot[0])
+                    target = os.readlink(name, dir_fd=pfd)
+                    base = inroot[1].rsplit("/", 1)[0] or "/"
+                    dest = target if target.startswith("/") else base + "/" + target
+                    return self.mount_target(dest, directory, mode)
+                if stat.S_ISDIR(st.st_mode):
+                    os.close(fd)
+                    raise ContainerError(f"{path}: is a directory where a file is needed in container root {self.path}")
+                return fd
+            raise ContainerError(f"{path}: could not create mount target in container root {self.path}")
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Atomically replace `path` with `data` (temp file in the same dir + rename)."""
+        pfd, name = self.parent(path)
+        tmp = f".{name}.nct-{uuid.uuid4().hex[:8]}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=pfd)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except OSError as e:
+            try:
+                os.unlink(tmp, dir_fd=pfd)
+            except OSError:
+                pass
+            raise ContainerError(f"write {path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
+
+    def create_file_if_absent(self, path: str, data: bytes, mode: int = 0o644) -> bool:
+        """Create `path` with `data` unless something (even a dangling link) is there."""
+        pfd, name = self.parent(path)
+        try:
+            try:
+                os.lstat(name, dir_fd=pfd)
+                return False
+            except FileNotFoundError:
+                pass
+        finally:
+            os.close(pfd)
+        self.write_file(path, data, mode)
+        return True
+
+    def symlink(self, target: str, link: str) -> bool:
+        """Make `link` a symlink to `target` (atomically replacing a non-directory there).
+        Returns False when it already pointed there."""
+        pfd, name = self.parent(link)
+        try:
+            try:
+                if os.readlink(name, dir_fd=pfd) == target:
+                    return False
+            except OSError:
+                pass
+            try:
+                if stat.S_ISDIR(os.lstat(name, dir_fd=pfd).st_mode):
+                    raise ContainerError(f"symlink {link}: a directory is in the way in container root {self.path}")
+            except FileNotFoundError:
+                pass
+            tmp = f".{name}.nct-{uuid.uuid4().hex[:8]}"
+            os.symlink(target, tmp, dir_fd=pfd)
+            try:
+                os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+            except OSError:
+                os.unlink(tmp, dir_fd=pfd)
+                raise
+            return True
+        except OSError as e:
+            raise ContainerError(f"symlink {link} -> {target} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
+
+    def mknod(self, path: str, mode: int, major: int, minor: int) -> None:
+        """Create a device node unless something is already there."""
+        pfd, name = self.parent(path)
+        try:
+            os.mknod(name, mode, os.makedev(major, minor), dir_fd=pfd)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise ContainerError(f"mknod {path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
+
+    def chmod(self, path: str, mode: int) -> bool:
+        """chmod the resolved object when its mode differs; EPERM is ignored (as upstream)."""
+        fd = self.open(path)
+        try:
+            st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) == mode:
+                return False
+            try:
+                os.chmod(f"/proc/self/fd/{fd}", mode)
+            except PermissionError:
+                return False
+            except OSError as e:
+                raise ContainerError(f"chmod {path} in container root {self.path}: {e.strerror}") from None
+            return True
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, ContainerError):
+            return []
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)

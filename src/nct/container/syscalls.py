@@ -1,0 +1,260 @@
+"""Thin ctypes wrappers for the syscalls Python's os module lacks (3.11): mount API (old and
+new), namespaces, openat2, pivot_root and bpf. The only module of nct that mounts or loads BPF.
+
+Every failure raises ContainerError naming the path (or object) at fault, never OSError.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import platform
+import struct
+
+from nct.errors import ContainerError
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+# Syscall numbers. The new (>= 424) ones are the same on every architecture.
+_ARCH = platform.machine()
+_NR_LEGACY = {
+    "x86_64": {"pivot_root": 155, "bpf": 321, "setns": 308, "unshare": 272},
+    "aarch64": {"pivot_root": 41, "bpf": 280, "setns": 268, "unshare": 97},
+}.get(_ARCH, {})
+NR_OPEN_TREE, NR_MOVE_MOUNT, NR_FSOPEN, NR_FSCONFIG, NR_FSMOUNT = 428, 429, 430, 431, 432
+NR_OPENAT2, NR_MOUNT_SETATTR = 437, 442
+
+# mount(2) flags
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384
+MS_NOSYMFOLLOW = 256
+MS_PRIVATE, MS_SLAVE = 1 << 18, 1 << 19
+MNT_DETACH = 2
+
+CLONE_NEWNS = 0x00020000
+
+# openat2 resolve flags
+RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
+RESOLVE_BENEATH, RESOLVE_IN_ROOT = 0x08, 0x10
+
+# new mount API
+AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, AT_RECURSIVE = 0x1000, 0x100, 0x8000
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 1, os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x04, 0x40
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 1, 2, 4, 8
+MOUNT_ATTR_NOSYMFOLLOW = 0x00200000
+FSOPEN_CLOEXEC, FSMOUNT_CLOEXEC = 1, 1
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+
+# Mount option words (OCI/CDI spelling) -> MOUNT_ATTR_* bits.
+OPTION_ATTRS = {
+    "ro": MOUNT_ATTR_RDONLY, "nosuid": MOUNT_ATTR_NOSUID, "nodev": MOUNT_ATTR_NODEV,
+    "noexec": MOUNT_ATTR_NOEXEC, "nosymfollow": MOUNT_ATTR_NOSYMFOLLOW,
+}
+
+
+def _fail(what: str, err: int) -> ContainerError:
+    return ContainerError(f"{what}: {os.strerror(err)}")
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        raise _fail(what, ctypes.get_errno())
+    return ret
+
+
+def _b(s: str | None) -> bytes | None:
+    return None if s is None else os.fsencode(s)
+
+
+class SyscallError(ContainerError):
+    """A ContainerError that keeps the errno, for callers that branch on it."""
+
+    def __init__(self, message: str, err: int):
+        super().__init__(message)
+        self.errno = err
+
+
+def _raise(what: str) -> None:
+    err = ctypes.get_errno()
+    raise SyscallError(f"{what}: {os.strerror(err)}", err)
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    if _libc.mount(_b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data)) != 0:
+        _raise(f"mount {target}")
+
+
+def umount2(target: str, flags: int = 0) -> None:
+    if _libc.umount2(_b(target), flags) != 0:
+        _raise(f"umount {target}")
+
+
+def setns(fd: int, nstype: int, what: str = "namespace") -> None:
+    if _libc.setns(fd, nstype) != 0:
+        _raise(f"setns {what}")
+
+
+def unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        _raise("unshare")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    nr = _NR_LEGACY.get("pivot_root")
+    if nr is None:
+        raise SyscallError(f"pivot_root: unsupported architecture {_ARCH}", _errno.ENOSYS)
+    if _syscall(ctypes.c_long(nr), _b(new_root), _b(put_old)) != 0:
+        _raise(f"pivot_root {new_root}")
+
+
+def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+    """openat2(2); raises SyscallError (errno kept: ENOSYS means fall back)."""
+    how = struct.pack("QQQ", flags, mode, resolve)
+    ret = _syscall(ctypes.c_long(NR_OPENAT2), ctypes.c_int(dirfd), _b(path), how, ctypes.c_size_t(len(how)))
+    if ret < 0:
+        _raise(f"open {path}")
+    return ret
+
+
+def open_tree(dirfd: int, path: str, flags: int) -> int:
+    ret = _syscall(ctypes.c_long(NR_OPEN_TREE), ctypes.c_int(dirfd), _b(path), ctypes.c_uint(flags))
+    if ret < 0:
+        _raise(f"open_tree {path}")
+    return ret
+
+
+def move_mount(from_fd: int, from_path: str, to_fd: int, to_path: str, flags: int, what: str) -> None:
+    ret = _syscall(ctypes.c_long(NR_MOVE_MOUNT), ctypes.c_int(from_fd), _b(from_path),
+                   ctypes.c_int(to_fd), _b(to_path), ctypes.c_uint(flags))
+    if ret < 0:
+        _raise(f"mount {what}")
+
+
+def mount_setattr(fd: int, attr_set: int, attr_clr: int = 0, *, recursive: bool = False,
+                  propagation: int = 0, what: str = "mount") -> None:
+    attr = struct.pack("QQQQ", attr_set, attr_clr, propagation, 0)
+    flags = AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)
+    ret = _syscall(ctypes.c_long(NR_MOUNT_SETATTR), ctypes.c_int(fd), b"", ctypes.c_uint(flags),
+                   attr, ctypes.c_size_t(len(attr)))
+    if ret < 0:
+        _raise(f"set mount options on {what}")
+
+
+def fsmount_tmpfs(options: dict[str, str], attrs: int, what: str) -> int:
+    """A detached tmpfs mount (fsopen/fsconfig/fsmount); returns its mount fd."""
+    fsfd = _syscall(ctypes.c_long(NR_FSOPEN), b"tmpfs", ctypes.c_uint(FSOPEN_CLOEXEC))
+    if fsfd < 0:
+        _raise(f"tmpfs for {what}")
+    try:
+        for key, value in options.items():
+            if _syscall(ctypes.c_long(NR_FSCONFIG), ctypes.c_int(fsfd), ctypes.c_uint(FSCONFIG_SET_STRING),
+                        _b(key), _b(value), ctypes.c_int(0)) < 0:
+                _raise(f"tmpfs option {key}={value} for {what}")
+        if _syscall(ctypes.c_long(NR_FSCONFIG), ctypes.c_int(fsfd), ctypes.c_uint(FSCONFIG_CMD_CREATE),
+                    None, None, ctypes.c_int(0)) < 0:
+            _raise(f"tmpfs for {what}")
+        mfd = _syscall(ctypes.c_long(NR_FSMOUNT), ctypes.c_int(fsfd), ctypes.c_uint(FSMOUNT_CLOEXEC),
+                       ctypes.c_uint(attrs))
+        if mfd < 0:
+            _raise(f"tmpfs for {what}")
+        return mfd
+    finally:
+        os.close(fsfd)
+
+
+def attrs_from_options(options: tuple[str, ...] | list[str]) -> int:
+    """MOUNT_ATTR_* bits for the per-mount flags among OCI mount options."""
+    bits = 0
+    for opt in options:
+        bits |= OPTION_ATTRS.get(opt, 0)
+    return bits
+
+
+# ---- bpf ---------------------------------------------------------------------------------
+BPF_PROG_LOAD, BPF_PROG_ATTACH, BPF_PROG_DETACH = 5, 8, 9
+BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_QUERY = 13, 15, 16
+BPF_PROG_TYPE_CGROUP_DEVICE = 15
+BPF_CGROUP_DEVICE = 6
+BPF_F_ALLOW_OVERRIDE, BPF_F_ALLOW_MULTI, BPF_F_REPLACE = 1, 2, 4
+_ATTR_SIZE = 144
+
+
+def _bpf(cmd: int, attr: ctypes.Array, what: str) -> int:
+    nr = _NR_LEGACY.get("bpf")
+    if nr is None:
+        raise SyscallError(f"bpf: unsupported architecture {_ARCH}", _errno.ENOSYS)
+    ret = _syscall(ctypes.c_long(nr), ctypes.c_int(cmd), attr, ctypes.c_uint(len(attr)))
+    if ret < 0:
+        _raise(what)
+    return ret
+
+
+def bpf_prog_load_device(insns: bytes, license: bytes = b"Apache") -> int:
+    """Load a BPF_PROG_TYPE_CGROUP_DEVICE program; returns its fd. Verifier log in the error."""
+    code = ctypes.create_string_buffer(insns, len(insns))
+    lic = ctypes.create_string_buffer(license)
+    log = ctypes.create_string_buffer(65536)
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("IIQQIIQ", attr, 0, BPF_PROG_TYPE_CGROUP_DEVICE, len(insns) // 8,
+                     ctypes.addressof(code), ctypes.addressof(lic), 1, len(log), ctypes.addressof(log))
+    struct.pack_into("16s", attr, 48, b"nct_devices")
+    try:
+        return _bpf(BPF_PROG_LOAD, attr, "load device cgroup program")
+    except SyscallError as e:
+        detail = log.value.decode(errors="replace").strip().splitlines()
+        if detail:
+            raise SyscallError(f"{e}: {detail[-1]}", e.errno) from None
+        raise
+
+
+def bpf_prog_attach(cgroup_fd: int, prog_fd: int, flags: int, replace_fd: int = 0, what: str = "") -> None:
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("IIIII", attr, 0, cgroup_fd, prog_fd, BPF_CGROUP_DEVICE, flags, replace_fd)
+    _bpf(BPF_PROG_ATTACH, attr, f"attach device program to {what}")
+
+
+def bpf_prog_detach(cgroup_fd: int, prog_fd: int, what: str = "") -> None:
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("III", attr, 0, cgroup_fd, prog_fd, BPF_CGROUP_DEVICE)
+    _bpf(BPF_PROG_DETACH, attr, f"detach device program from {what}")
+
+
+def bpf_prog_query(cgroup_fd: int, what: str = "") -> tuple[int, list[int]]:
+    """(attach_flags, program ids) of device programs attached directly to a cgroup."""
+    ids = (ctypes.c_uint32 * 64)()
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("IIIIQI", attr, 0, cgroup_fd, BPF_CGROUP_DEVICE, 0, 0, ctypes.addressof(ids), 64)
+    _bpf(BPF_PROG_QUERY, attr, f"query device programs of {what}")
+    flags = struct.unpack_from("I", attr, 12)[0]
+    count = struct.unpack_from("I", attr, 24)[0]
+    return flags, list(ids[: min(count, 64)])
+
+
+def bpf_prog_get_fd_by_id(prog_id: int) -> int:
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("I", attr, 0, prog_id)
+    return _bpf(BPF_PROG_GET_FD_BY_ID, attr, f"open bpf program {prog_id}")
+
+
+def bpf_prog_xlated(prog_fd: int) -> bytes:
+    """The (verifier-translated) instructions of a loaded program."""
+    info = ctypes.create_string_buffer(256)
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("IIQ", attr, 0, prog_fd, len(info), ctypes.addressof(info))
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, attr, "read bpf program info")
+    size = struct.unpack_from("I", info, 20)[0]
+    buf = ctypes.create_string_buffer(size)
+    info = ctypes.create_string_buffer(256)
+    struct.pack_into("I", info, 20, size)
+    struct.pack_into("Q", info, 32, ctypes.addressof(buf))
+    struct.pack_into("IIQ", attr, 0, prog_fd, len(info), ctypes.addressof(info))
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, attr, "read bpf program instructions")
+    return buf.raw[:size]
+
+
+def errno_of(exc: BaseException) -> int | None:
+    return getattr(exc, "errno", None)

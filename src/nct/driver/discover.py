@@ -1,0 +1,214 @@
+"""discover_node(): read procfs, /dev, ld.so.cache and (optionally) NVML into one Node.
+
+Roots make the same code work on a host (all "/"), against a driver container
+(driver=dev=/run/nvidia/driver) and against a simulated node (everything under DIR/root).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from nct.driver import devices as devs
+from nct.driver import libraries as libs
+from nct.driver import procfs
+from nct.driver.elf import native_machine
+from nct.driver.ldcache import LdCache, read_ldcache
+from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
+from nct.driver.rootpath import host_path, resolve_in_root
+from nct.errors import DiscoveryError
+
+log = logging.getLogger("nct.driver")
+
+PROC_ROOT_ENV = "NCT_PROC_ROOT"
+DEFAULT_LDCACHE = "/etc/ld.so.cache"
+
+
+def default_proc_root() -> str:
+    return os.environ.get(PROC_ROOT_ENV) or "/proc"
+
+
+def roots_from_config(cfg) -> Roots:
+    """Driver root = [nvidia-container-cli] root (or "/"), dev root = driver root,
+    proc root = $NCT_PROC_ROOT or /proc."""
+    root = cfg.nvidia_container_cli.root or "/"
+    return Roots(driver=root, dev=root, proc=default_proc_root())
+
+
+def _sys_root(proc_root: str) -> str:
+    """sysfs next to the proc root: /proc -> /sys, DIR/root/proc -> DIR/root/sys."""
+    return os.path.join(os.path.dirname(os.path.abspath(proc_root).rstrip("/")) or "/", "sys")
+
+
+def _read_optional(path: str, parse) -> object | None:
+    try:
+        text = procfs.read_text(path)
+    except FileNotFoundError:
+        return None
+    return parse(text, path)
+
+
+def read_driver_version(proc_root: str) -> procfs.DriverVersion:
+    path = os.path.join(proc_root, procfs.VERSION_FILE)
+    try:
+        text = procfs.read_text(path)
+    except FileNotFoundError:
+        raise DiscoveryError(f"NVIDIA driver not loaded: {path} not found") from None
+    return procfs.parse_version(text, path)
+
+
+def read_gpus(roots: Roots, majors: dict[str, int]) -> list[Gpu]:
+    """GPUs from procfs, indexed in bus-id order (excluded GPUs numbered last)."""
+    infos: list[tuple[procfs.GpuInfo, str]] = []
+    for d in procfs.list_gpu_dirs(roots.proc):
+        path = os.path.join(d, "information")
+        try:
+            text = procfs.read_text(path)
+        except FileNotFoundError:
+            raise DiscoveryError(f"{path}: missing GPU information file") from None
+        infos.append((procfs.parse_gpu_information(text, path), d))
+    infos.sort(key=lambda t: (t[0].excluded, t[0].bus_id))
+    minors = [i.minor for i, _ in infos]
+    if len(set(minors)) != len(minors):
+        raise DiscoveryError(f"{os.path.join(roots.proc, procfs.GPUS_DIR)}: two GPUs share a Device Minor")
+    caps_dir = os.path.join(roots.proc, procfs.CAPABILITIES_DIR)
+    sys_root = _sys_root(roots.proc)
+    gpus = []
+    for index, (info, d) in enumerate(infos):
+        migs = [
+            MigDevice(
+                parent_index=index, gi=m.gi, ci=m.ci,
+                gi_access=devs.caps_node(roots.dev, m.gi_access.minor, majors, m.gi_access.mode),
+                ci_access=devs.caps_node(roots.dev, m.ci_access.minor, majors, m.ci_access.mode),
+                gi_access_proc=m.gi_access_path, ci_access_proc=m.ci_access_path, ordinal=j,
+            )
+            for j, m in enumerate(procfs.scan_mig_caps(caps_dir, info.minor))
+        ]
+        mig_enabled = bool(migs) or os.path.isdir(os.path.join(caps_dir, f"gpu{info.minor}", "mig"))
+        gpus.append(Gpu(
+            index=index, minor=info.minor, uuid=info.uuid, model=info.model, bus_id=info.bus_id, proc_dir=d,
+            device=devs.gpu_node(roots.dev, info.minor, majors), excluded=info.excluded,
+            drm=tuple(devs.drm_nodes(roots.dev, info.bus_id, sys_root)), mig_enabled=mig_enabled, migs=tuple(migs),
+        ))
+    return gpus
+
+
+def _mig_cap_paths(roots: Roots, name: str, majors: dict[str, int]) -> tuple[str, ...]:
+    """capabilities/mig/<name> proc file and its /dev/nvidia-caps node (host paths)."""
+    path = os.path.join(roots.proc, procfs.CAPABILITIES_DIR, "mig", name)
+    cap = _read_optional(path, procfs.parse_capability)
+    if cap is None:
+        return ()
+    node = devs.caps_node(roots.dev, cap.minor, majors, cap.mode)
+    return (path, node.host_path)
+
+
+def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
+    """The driver root's cache (`ldcache` is a path inside the driver root, as upstream's
+    --ldcache). A missing default cache is tolerated (libraries are then searched in the
+    standard dirs); a missing explicit one is an error."""
+    path = ldcache or DEFAULT_LDCACHE
+    real = resolve_in_root(roots.driver, path)
+    shown = host_path(roots.driver, path)
+    if real is None or not os.path.isfile(host_path(roots.driver, real)):
+        if ldcache:
+            raise DiscoveryError(f"{shown}: ld.so.cache not found")
+        log.debug("%s: no ld.so.cache, searching standard library dirs", shown)
+        return None
+    return read_ldcache(host_path(roots.driver, real), shown)
+
+
+def find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str | None = None) -> list[DriverFile]:
+    """Every driver file of the node, in upstream's listing order."""
+    machine = machine or native_machine()
+    lib64 = libs.find_libraries(roots.driver, cache, version, machine=machine)
+    lib32 = libs.find_libraries(roots.driver, cache, version, compat32=True, machine=machine)
+    lib_dirs = []
+    for f in lib64:
+        d = os.path.dirname(f.container_path)
+        if d not in lib_dirs:
+            lib_dirs.append(d)
+    extra = libs.find_graphics_extra_libraries(roots.driver, lib_dirs or list(libs.FALLBACK_LIB_DIRS.get(machine, ())), machine)
+    return (
+        libs.find_binaries(roots.driver) + lib64 + extra + lib32
+        + libs.find_ipcs(roots.driver, os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
+        + libs.find_firmware(roots.driver, version)
+        + libs.find_graphics_configs(roots.driver, machine)
+        + libs.find_xorg_modules(roots.driver, version, lib_dirs)
+    )
+
+
+def _apply_nvml(gpus: list[Gpu], facts) -> list[Gpu]:
+    from dataclasses import replace
+
+    by_bus = {g.bus_id: g for g in facts.gpus}
+    out = []
+    for gpu in gpus:
+        f = by_bus.get(gpu.bus_id)
+        if f is None or (f.uuid and f.uuid.lower() != gpu.uuid.lower()):
+            out.append(gpu)
+            continue
+        migs = list(gpu.migs)
+        if f.migs:
+            order = {(m.gi, m.ci): m for m in f.migs}
+            known = sorted((m for m in migs if (m.gi, m.ci) in order), key=lambda m: order[(m.gi, m.ci)].index)
+            rest = [m for m in migs if (m.gi, m.ci) not in order]
+            migs = [
+                replace(m, ordinal=j, uuid=order[(m.gi, m.ci)].uuid if (m.gi, m.ci) in order else m.uuid,
+                        profile=order[(m.gi, m.ci)].profile if (m.gi, m.ci) in order else m.profile)
+                for j, m in enumerate(known + rest)
+            ]
+        out.append(replace(
+            gpu, brand=f.brand or gpu.brand, architecture=f.architecture or gpu.architecture,
+            mig_enabled=gpu.mig_enabled if f.mig_enabled is None else (f.mig_enabled or bool(migs)), migs=tuple(migs),
+        ))
+    return out
+
+
+def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use_nvml: bool = True) -> Node:
+    """Everything the node has. Raises DiscoveryError (one line) when there is no driver or
+    a file holds garbage; NVML problems only mean fewer facts."""
+    roots = roots or Roots(proc=default_proc_root())
+    version = read_driver_version(roots.proc)
+    majors = _read_optional(os.path.join(roots.proc, procfs.DEVICES_FILE), procfs.parse_devices) or {}
+    # mig-minors is parsed for validation: garbage there is reported even if unused.
+    _read_optional(os.path.join(roots.proc, procfs.MIG_MINORS_FILE), procfs.parse_mig_minors)
+    gpus = read_gpus(roots, majors)
+    cache = load_ldcache(roots, ldcache)
+    files = find_driver_files(roots, version.version, cache)
+    cuda_version = None
+    nvml_used = False
+    if use_nvml:
+        from nct.driver import nvml
+
+        ml = next((f.host_path for f in files if f.kind == "lib" and f.name == "libnvidia-ml.so"), None)
+        cu = next((f.host_path for f in files if f.kind == "lib" and f.name == "libcuda.so"), None)
+        facts = nvml.query(ml, cu)
+        cuda_version = facts.cuda_version
+        if facts.nvml:
+            nvml_used = True
+            if facts.driver_version and facts.driver_version != version.version:
+                log.debug("NVML driver %s differs from NVRM %s", facts.driver_version, version.version)
+            gpus = _apply_nvml(gpus, facts)
+    lib_dirs = []
+    for f in files:
+        if f.kind == "lib" and f.name in _CATALOGUE_LIBS:
+            d = os.path.dirname(f.host_path)
+            if d not in lib_dirs:
+                lib_dirs.append(d)
+    return Node(
+        roots=roots, driver_version=version.version, cuda_version=cuda_version, gpus=tuple(gpus),
+        control_devices=tuple(devs.control_devices(roots.dev)), majors=majors, files=tuple(files),
+        imex_channels=tuple(devs.imex_channels(roots.dev)),
+        mig_config=_mig_cap_paths(roots, "config", majors), mig_monitor=_mig_cap_paths(roots, "monitor", majors),
+        caps_devices=tuple(devs.caps_devices(roots.dev)), nvml=nvml_used, lib_dirs=tuple(lib_dirs),
+    )
+
+
+def _catalogue_libs() -> frozenset[str]:
+    from nct.driver.catalogue import all_library_names
+
+    return frozenset(all_library_names())
+
+
+_CATALOGUE_LIBS = _catalogue_libs()

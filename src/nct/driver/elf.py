@@ -1,0 +1,92 @@
+"""ELF checks for driver libraries (pyelftools): class, machine, SONAME, DT_NEEDED.
+
+A library found through ld.so.cache is only trusted after its own header agrees: a 32-bit
+or foreign-architecture file must never land in the 64-bit set, and a file whose SONAME
+does not belong to the library name is someone else's file.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+# uname -m -> (pyelftools e_machine name of native 64-bit objects, of 32-bit compat objects)
+MACHINES: dict[str, tuple[str, str | None]] = {
+    "x86_64": ("EM_X86_64", "EM_386"),
+    "aarch64": ("EM_AARCH64", None),
+    "ppc64le": ("EM_PPC64", None),
+}
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    elf_class: int  # 32 or 64
+    machine: str  # pyelftools name, e.g. "EM_X86_64"
+    soname: str | None
+    needed: tuple[str, ...]
+    elf_type: str  # "ET_DYN", "ET_EXEC", ...
+
+
+class NotElf(Exception):
+    """The file is not a readable ELF object; str() is the reason."""
+
+
+def native_machine() -> str:
+    return platform.machine() or "x86_64"
+
+
+def read_elf(path: str) -> ElfInfo:
+    """Header facts of an ELF file; raises NotElf with a short reason otherwise."""
+    from elftools.common.exceptions import ELFError  # lazy: hot paths never import pyelftools
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                raise NotElf("not an ELF file")
+            f.seek(0)
+            elf = ELFFile(f)
+            soname, needed = None, []
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_SONAME":
+                            soname = tag.soname
+                        elif tag.entry.d_tag == "DT_NEEDED":
+                            needed.append(tag.needed)
+                    break
+            return ElfInfo(elf.elfclass, str(elf["e_machine"]), soname, tuple(needed), str(elf["e_type"]))
+    except NotElf:
+        raise
+    except OSError as e:
+        raise NotElf(f"unreadable: {e.strerror or e}") from None
+    except (ELFError, ValueError, KeyError, IndexError, AssertionError, EOFError, UnicodeDecodeError) as e:
+        raise NotElf(f"truncated or corrupt ELF: {e}") from None
+    except Exception as e:  # pyelftools raises assorted errors on malformed files
+        raise NotElf(f"corrupt ELF: {type(e).__name__}") from None
+
+
+def check_library(path: str, name: str, *, compat32: bool, machine: str | None = None) -> tuple[ElfInfo | None, str]:
+    """Check that `path` is a shared library `name` for the wanted ABI.
+
+    Returns (info, "") when acceptable, else (None, reason). `name` is the catalogue name
+    (libcuda.so); its SONAME must be that name plus a version (libcuda.so.1).
+    """
+    native, bits32 = MACHINES.get(machine or native_machine(), (None, None))
+    try:
+        info = read_elf(path)
+    except NotElf as e:
+        return None, str(e)
+    want_class, want_machine = (32, bits32) if compat32 else (64, native)
+    if want_machine is None:
+        return None, "no 32-bit ABI on this architecture" if compat32 else "unknown native architecture"
+    if info.elf_class != want_class or info.machine != want_machine:
+        return None, f"wrong architecture (ELF{info.elf_class} {info.machine}, want ELF{want_class} {want_machine})"
+    if info.elf_type != "ET_DYN":
+        return None, f"not a shared object ({info.elf_type})"
+    if not info.soname:
+        return None, "no SONAME"
+    if info.soname != name and not info.soname.startswith(name + "."):
+        return None, f"SONAME {info.soname} does not belong to {name}"
+    return info, ""

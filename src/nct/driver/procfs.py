@@ -1,0 +1,272 @@
+"""Parsers for the NVIDIA kernel module's procfs files.
+
+Each `parse_*` function takes the file's text (pure, tested on captured contents) and the
+path it came from (only for error messages); `read_*` helpers add the thin file access.
+Garbage raises DiscoveryError naming the file and the line at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from nct.errors import DiscoveryError
+
+# Paths relative to the proc root.
+VERSION_FILE = "driver/nvidia/version"
+PARAMS_FILE = "driver/nvidia/params"
+GPUS_DIR = "driver/nvidia/gpus"
+CAPABILITIES_DIR = "driver/nvidia/capabilities"
+MIG_MINORS_FILE = "driver/nvidia-caps/mig-minors"
+DEVICES_FILE = "devices"
+
+_VERSION_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)?)(?![\w.])")
+_BUS_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+@dataclass(frozen=True)
+class DriverVersion:
+    """/proc/driver/nvidia/version: the NVRM version and whether it is the open module."""
+
+    version: str
+    open_module: bool
+    line: str  # the full NVRM line, for logs
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One /proc/driver/nvidia/gpus/<bus>/information file."""
+
+    model: str
+    uuid: str
+    bus_id: str  # normalised: 8-digit domain, lower case ("00000000:01:00.0")
+    minor: int
+    excluded: bool = False
+    irq: int | None = None
+    video_bios: str | None = None
+    bus_type: str | None = None
+    firmware: str | None = None  # "GPU Firmware" (GSP), when present
+
+
+@dataclass(frozen=True)
+class CapabilityFile:
+    """A file of the capabilities tree (e.g. .../gpu0/mig/gi1/access)."""
+
+    minor: int
+    mode: int  # DeviceFileMode (decimal in the file), e.g. 256 = 0o400
+    modify: bool = True
+
+
+def _fail(path: str, lineno: int | None, what: str) -> DiscoveryError:
+    where = f"{path}:{lineno}" if lineno else path
+    return DiscoveryError(f"{where}: {what}")
+
+
+def read_text(path: str) -> str:
+    """Read a small proc/sys file; OS errors become DiscoveryError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise DiscoveryError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DiscoveryError(f"{path}: not a text file") from None
+
+
+def normalise_bus_id(bus: str) -> str | None:
+    """'0000:01:00.0' / '1:2:0.0' / '00000000:01:00.0' -> '00000000:01:00.0'; None if not one."""
+    m = _BUS_RE.match(bus.strip())
+    if not m:
+        return None
+    dom, b, d, fn = m.groups()
+    return f"{int(dom, 16):08x}:{int(b, 16):02x}:{int(d, 16):02x}.{fn}"
+
+
+def short_bus_id(bus_id: str) -> str:
+    """The sysfs/procfs spelling with a 4-digit domain: '00000000:01:00.0' -> '0000:01:00.0'."""
+    dom, rest = bus_id.split(":", 1)
+    return f"{int(dom, 16):04x}:{rest}"
+
+
+def parse_version(text: str, path: str = VERSION_FILE) -> DriverVersion:
+    """Find the NVRM line and the version in it (proprietary and open module layouts)."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("NVRM version:"):
+            continue
+        rest = line[len("NVRM version:"):]
+        m = _VERSION_RE.search(rest)
+        if not m:
+            raise _fail(path, lineno, f"no driver version in {line.strip()!r}")
+        return DriverVersion(m.group(1), "Open Kernel Module" in rest, line.strip())
+    raise _fail(path, None, "no 'NVRM version:' line")
+
+
+def _key_values(text: str, path: str) -> list[tuple[int, str, str]]:
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise _fail(path, lineno, f"expected 'Key: value', got {line.strip()[:60]!r}")
+        rows.append((lineno, key.strip(), value.strip()))
+    return rows
+
+
+def parse_params(text: str, path: str = PARAMS_FILE) -> dict[str, str]:
+    """/proc/driver/nvidia/params: 'Name: value' lines, values kept as strings."""
+    return {k: v for _, k, v in _key_values(text, path)}
+
+
+def _int(value: str, path: str, lineno: int, key: str) -> int:
+    try:
+        return int(value, 0) if value.lower().startswith("0x") else int(value)
+    except ValueError:
+        raise _fail(path, lineno, f"{key} is not a number: {value[:40]!r}") from None
+
+
+def parse_gpu_information(text: str, path: str = "information") -> GpuInfo:
+    """A GPU's information file; Model, GPU UUID, Bus Location and Device Minor are required."""
+    fields: dict[str, tuple[int, str]] = {}
+    for lineno, key, value in _key_values(text, path):
+        fields[key] = (lineno, value)
+    for required in ("Model", "GPU UUID", "Bus Location", "Device Minor"):
+        if required not in fields:
+            raise _fail(path, None, f"missing '{required}'")
+    lineno, bus = fields["Bus Location"]
+    bus_id = normalise_bus_id(bus)
+    if bus_id is None:
+        raise _fail(path, lineno, f"bad Bus Location {bus[:40]!r}")
+    lineno, minor_s = fields["Device Minor"]
+    minor = _int(minor_s, path, lineno, "Device Minor")
+    if not 0 <= minor < 256:
+        raise _fail(path, lineno, f"Device Minor out of range: {minor}")
+    lineno, uuid = fields["GPU UUID"]
+    if not uuid or " " in uuid:
+        raise _fail(path, lineno, f"bad GPU UUID {uuid[:60]!r}")
+    excluded = fields.get("GPU Excluded", (0, "No"))[1].lower() in ("yes", "1", "true")
+    irq = None
+    if "IRQ" in fields:
+        lineno, v = fields["IRQ"]
+        irq = _int(v, path, lineno, "IRQ")
+    return GpuInfo(
+        model=fields["Model"][1], uuid=uuid, bus_id=bus_id, minor=minor, excluded=excluded, irq=irq,
+        video_bios=fields.get("Video BIOS", (0, None))[1], bus_type=fields.get("Bus Type", (0, None))[1],
+        firmware=fields.get("GPU Firmware", (0, None))[1],
+    )
+
+
+def parse_devices(text: str, path: str = DEVICES_FILE) -> dict[str, int]:
+    """/proc/devices: name -> major of the 'Character devices:' section only."""
+    majors: dict[str, int] = {}
+    section = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s:
+            continue
+        if s.endswith(":") and s[:-1] in ("Character devices", "Block devices"):
+            section = s[:-1]
+            continue
+        if section is None:
+            raise _fail(path, lineno, f"expected 'Character devices:', got {s[:60]!r}")
+        parts = s.split(None, 1)
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise _fail(path, lineno, f"expected 'MAJOR name', got {s[:60]!r}")
+        if section == "Character devices":
+            majors.setdefault(parts[1], int(parts[0]))
+    if section is None:
+        raise _fail(path, None, "no 'Character devices:' section")
+    return majors
+
+
+def parse_capability(text: str, path: str) -> CapabilityFile:
+    """A capabilities tree file: DeviceFileMinor / DeviceFileMode / DeviceFileModify."""
+    fields = {}
+    for lineno, key, value in _key_values(text, path):
+        fields[key] = _int(value, path, lineno, key)
+    if "DeviceFileMinor" not in fields:
+        raise _fail(path, None, "missing 'DeviceFileMinor'")
+    return CapabilityFile(
+        minor=fields["DeviceFileMinor"], mode=fields.get("DeviceFileMode", 0o444) & 0o7777,
+        modify=bool(fields.get("DeviceFileModify", 1)),
+    )
+
+
+def parse_mig_minors(text: str, path: str = MIG_MINORS_FILE) -> dict[str, int]:
+    """/proc/driver/nvidia-caps/mig-minors: 'config 1', 'gpu0/gi1/ci0/access 9' -> name: minor."""
+    minors: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s:
+            continue
+        parts = s.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise _fail(path, lineno, f"expected 'NAME MINOR', got {s[:60]!r}")
+        minors[parts[0]] = int(parts[1])
+    return minors
+
+
+@dataclass(frozen=True)
+class MigCaps:
+    """One MIG compute instance as the capabilities tree shows it (gpuN is the GPU minor)."""
+
+    gpu_minor: int
+    gi: int
+    ci: int
+    gi_access_path: str
+    ci_access_path: str
+    gi_access: CapabilityFile
+    ci_access: CapabilityFile
+
+
+def _numbered(entries: list[str], prefix: str) -> list[tuple[int, str]]:
+    out = []
+    for name in entries:
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            out.append((int(name[len(prefix):]), name))
+    return sorted(out)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise DiscoveryError(f"{path}: not a directory") from None
+    except OSError as e:
+        raise DiscoveryError(f"cannot list {path}: {e.strerror or e}") from None
+
+
+def read_capability(path: str) -> CapabilityFile:
+    return parse_capability(read_text(path), path)
+
+
+def scan_mig_caps(caps_dir: str, gpu_minor: int) -> list[MigCaps]:
+    """Walk <caps_dir>/gpu<minor>/mig/gi*/ci*/access (capabilities tree of one GPU)."""
+    mig_dir = os.path.join(caps_dir, f"gpu{gpu_minor}", "mig")
+    found = []
+    for gi, gi_name in _numbered(_listdir(mig_dir), "gi"):
+        gi_dir = os.path.join(mig_dir, gi_name)
+        gi_access_path = os.path.join(gi_dir, "access")
+        if not os.path.isfile(gi_access_path):
+            continue
+        gi_access = read_capability(gi_access_path)
+        for ci, ci_name in _numbered(_listdir(gi_dir), "ci"):
+            ci_access_path = os.path.join(gi_dir, ci_name, "access")
+            if not os.path.isfile(ci_access_path):
+                continue
+            found.append(MigCaps(gpu_minor, gi, ci, gi_access_path, ci_access_path,
+                                 gi_access, read_capability(ci_access_path)))
+    return found
+
+
+def list_gpu_dirs(proc_root: str) -> list[str]:
+    """Host paths of /proc/driver/nvidia/gpus/<bus> dirs, any order."""
+    base = os.path.join(proc_root, GPUS_DIR)
+    return [os.path.join(base, n) for n in sorted(_listdir(base))]

@@ -1,0 +1,111 @@
+"""Device selection: which GPUs and MIG devices a list of requested ids names.
+
+Follows libnvidia-container's rules: `all` (any case) selects every GPU and MIG device;
+otherwise each id is tried as a GPU (GPU- UUID any case, PCI bus id, index) and then as a
+MIG device (MIG- UUID, `i:j`), which also selects its parent GPU. Anything else is an
+"unknown device" error naming the id. Excluded GPUs are invisible, as they are to NVML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from nct.driver.model import Gpu, MigDevice, Node
+from nct.errors import RequestError
+
+_PCI = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
+_MIG_INDEX = re.compile(r"^([0-9]+):([0-9]+)$")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Selected devices in node order; `all` records that `all` was asked for."""
+
+    gpus: tuple[Gpu, ...] = ()
+    migs: tuple[MigDevice, ...] = ()
+    all: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.gpus or self.migs)
+
+
+def normalise_bus_id(value: str) -> str | None:
+    """"0:1:0.0" / "0000:01:00.0" -> "00000000:01:00.0" (function forced to 0, as upstream);
+    None when `value` is not a PCI address with a domain."""
+    m = _PCI.match(value.strip())
+    if not m:
+        return None
+    return f"{int(m.group(1), 16):08x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.0"
+
+
+def visible_gpus(node: Node) -> tuple[Gpu, ...]:
+    return tuple(g for g in node.gpus if not g.excluded)
+
+
+def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
+    """Resolve requested ids (a comma string or a sequence) against the node."""
+    if isinstance(ids, str):
+        ids = ids.split(",")
+    gpus = visible_gpus(node)
+    picked_gpus: list[Gpu] = []
+    picked_migs: list[MigDevice] = []
+    for raw in ids:
+        dev = raw.strip()
+        if not dev:
+            continue
+        if dev.lower() == "all":
+            return Selection(gpus=gpus, migs=tuple(m for g in gpus for m in g.migs), all=True)
+        gpu = _find_gpu(gpus, dev)
+        if gpu is not None:
+            if gpu not in picked_gpus:
+                picked_gpus.append(gpu)
+            continue
+        mig = _find_mig(gpus, dev)
+        if mig is not None:
+            if mig not in picked_migs:
+                picked_migs.append(mig)
+            parent = next(g for g in gpus if g.index == mig.parent_index)
+            if parent not in picked_gpus:
+                picked_gpus.append(parent)
+            continue
+        raise RequestError(f"unknown device: {dev}")
+    order = {id(g): i for i, g in enumerate(gpus)}
+    picked_gpus.sort(key=lambda g: order[id(g)])
+    return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
+
+
+def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:
+    if dev[:4].upper() == "GPU-" and len(dev) > 4:
+        for g in gpus:
+            if g.uuid.lower() == dev.lower():
+                return g
+    bus = normalise_bus_id(dev)
+    if bus is not None:
+        for g in gpus:
+            if normalise_bus_id(g.bus_id) == bus:
+                return g
+    if dev.isascii() and dev.isdigit():
+        n = int(dev)
+        for g in gpus:
+            if g.index == n:
+                return g
+    return None
+
+
+def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
+    if dev[:4].upper() == "MIG-" and len(dev) > 4:
+        for g in gpus:
+            for m in g.migs:
+                if m.uuid and m.uuid.lower() == dev.lower():
+                    return m
+    m = _MIG_INDEX.match(dev)
+    if m:
+        i, j = int(m.group(1)), int(m.group(2))
+        for g in gpus:
+            if g.index == i:
+                for mig in g.migs:
+                    if mig.ordinal == j:
+                        return mig
+    return None

@@ -1,0 +1,193 @@
+"""containerd `config.toml` (config versions 1, 2 and 3): a runtime table copied from the
+default runtime with our BinaryName, the default runtime name, enable_cdi, and for v2/v3
+a drop-in file plus an `imports` entry.  Edited with tomlkit so the operator's comments,
+order and layout survive outside the keys we set."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from nct.engines import tomledit as te
+from nct.engines.model import Edit, EngineRequest, previous
+from nct.errors import EngineConfigError
+
+CRI = {
+    1: ("plugins", "cri"),
+    2: ("plugins", "io.containerd.grpc.v1.cri"),
+    3: ("plugins", "io.containerd.cri.v1.runtime"),
+}
+TEMPLATE = {
+    "runtime_type": "io.containerd.runc.v2",
+    "runtime_root": "",
+    "runtime_engine": "",
+    "privileged_without_host_devices": False,
+}
+
+
+def version_of(doc: Any, path: str) -> int | None:
+    """The file's config version: its `version` key, 1 for a non-empty file without one,
+    None for an empty file (the caller picks)."""
+    if len(doc) == 0:
+        return None
+    v = te.plain(doc.get("version", 1))
+    if v not in CRI:
+        raise EngineConfigError(f"{path}: unsupported containerd config version {v!r}")
+    return v
+
+
+def _paths(version: int) -> dict[str, tuple[str, ...]]:
+    cri = CRI[version]
+    return {
+        "cri": cri,
+        "containerd": cri + ("containerd",),
+        "runtimes": cri + ("containerd", "runtimes"),
+        "default": cri + ("containerd", "default_runtime_name"),
+        "cdi": cri + (("containerd", "enable_cdi") if version == 1 else ("enable_cdi",)),
+    }
+
+
+def import_glob(drop_in: str) -> str:
+    return os.path.join(os.path.dirname(drop_in), "*.toml")
+
+
+def _base_runtime(source: Any, version: int, where: str) -> tuple[str | None, dict]:
+    """The runtime our entry copies: the default one (unless it is an nvidia one), else
+    runc, else crun, else a template."""
+    p = _paths(version)
+    runtimes = te.get(source, p["runtimes"], where)
+    default = te.plain(te.get(source, p["default"], where))
+    for name in (default, "runc", "crun"):
+        if not name or not isinstance(name, str) or name.startswith("nvidia"):
+            continue
+        if runtimes is not None and name in runtimes and isinstance(te.plain(runtimes[name]), dict):
+            return name, copy.deepcopy(te.plain(runtimes[name]))
+    return None, copy.deepcopy(TEMPLATE)
+
+
+def _apply(doc: Any, version: int, source: Any, req: EngineRequest, where: str, src_where: str) -> dict:
+    p = _paths(version)
+    changes: dict[str, Any] = {"runtimes": {}}
+    base_name, base = _base_runtime(source, version, src_where)
+    if not base.get("runtime_type"):
+        base["runtime_type"] = TEMPLATE["runtime_type"]
+    runtimes = te.ensure_table(doc, p["runtimes"], where)
+    like = runtimes[base_name] if base_name and base_name in runtimes else None
+    for rt in req.runtimes:
+        data = copy.deepcopy(base)
+        options = data.get("options")
+        if not isinstance(options, dict):
+            options = data["options"] = {}
+        options["BinaryName"] = rt.path
+        if version == 1:
+            options["Runtime"] = rt.path
+        current = te.plain(runtimes[rt.name]) if rt.name in runtimes else None
+        if current != data:
+            changes["runtimes"][rt.name] = current
+            te.put_table(runtimes, rt.name, data, like=like)
+    current_default = te.plain(te.get(doc, p["default"], where))
+    if req.set_as_default:
+        if current_default != req.default_name:
+            changes["default"] = previous(current_default)
+            te.set_key(te.ensure_table(doc, p["containerd"], where), "default_runtime_name", req.default_name)
+    elif current_default in req.names:
+        changes["default"] = previous(None)
+        te.delete_key(doc, p["default"])
+    if req.cdi_enabled:
+        current = te.plain(te.get(doc, p["cdi"], where))
+        if current is not True:
+            changes["cdi"] = previous(current)
+            te.set_key(te.ensure_table(doc, p["cdi"][:-1], where), "enable_cdi", True)
+    return changes
+
+
+def configure(req: EngineRequest, main_text: str | None, source_text: str | None,
+              drop_in_text: str | None) -> Edit:
+    """Plan the edit.  `source_text` is the config we copy from (file or `config dump`)."""
+    main_path = req.config
+    main = te.parse(main_text or "", main_path)
+    src_where = f"{req.executable_path or 'containerd'} config dump" if source_text is not None else main_path
+    source = te.parse(source_text, src_where) if source_text is not None else main
+    version = version_of(main, main_path) or version_of(source, src_where) or 2
+    if version not in CRI:
+        version = 2
+    if not req.drop_in or version == 1:
+        if len(main) == 0:
+            main.add("version", version)
+        changes = _apply(main, version, source, req, main_path, src_where)
+        return Edit(files={main_path: _keep(main_text, te.dumps_like(main, main_text), changes)}, primary=main_path, changes=changes)
+
+    drop_path = req.drop_in
+    drop = te.parse(drop_in_text or "", drop_path)
+    if len(drop) == 0:
+        drop.add("version", version)
+        section = te.plain(te.get(source, CRI[version], src_where)) or {}
+        if section:
+            te.put_table(te.ensure_table(drop, CRI[version][:-1]), CRI[version][-1], section)
+    changes = _apply(drop, version, source, req, drop_path, src_where)
+    new_drop = _keep(drop_in_text, te.dumps_like(drop, drop_in_text), changes)
+
+    glob = import_glob(drop_path)
+    if len(main) == 0:
+        main.add("version", version)
+    imports = main.get("imports")
+    if imports is None:
+        main.add("imports", [glob])
+        changes["imports"] = {"glob": glob, "created": True}
+    elif not isinstance(te.plain(imports), list):
+        raise EngineConfigError(f"{main_path}: key 'imports' is not an array")
+    elif glob not in te.plain(imports):
+        imports.append(glob)
+        changes["imports"] = {"glob": glob, "created": False}
+    new_main = te.dumps_like(main, main_text) if "imports" in changes or not main_text else main_text
+    return Edit(files={drop_path: new_drop, main_path: new_main}, primary=drop_path, changes=changes)
+
+
+def _keep(old: str | None, new: str, changes: dict) -> str:
+    """Unchanged content keeps its exact bytes (idempotence)."""
+    if old is not None and not changes["runtimes"] and len(changes) == 1:
+        return old
+    return new
+
+
+def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> str | None:
+    """Undo `changes` (or, without a record, remove the named runtimes) in one file."""
+    if text is None:
+        return None
+    doc = te.parse(text, path)
+    version = version_of(doc, path) or 2
+    p = _paths(version)
+    ours = dict(changes.get("runtimes") or {name: None for name in req.names})
+    touched = False
+    runtimes = te.get(doc, p["runtimes"], path)
+    if runtimes is not None:
+        for name, prev in ours.items():
+            if name in runtimes:
+                touched = True
+                if prev is None:
+                    del runtimes[name]
+                else:
+                    te.put_table(runtimes, name, prev)
+        te.prune_empty(doc, p["runtimes"])
+    if te.plain(te.get(doc, p["default"], path)) in ours:
+        touched = True
+        _restore(doc, p["default"], changes.get("default"), path)
+    if "cdi" in changes and te.get(doc, p["cdi"], path) is not None:
+        touched = True
+        _restore(doc, p["cdi"], changes["cdi"], path)
+    imp = changes.get("imports")
+    if imp and "imports" in doc and imp["glob"] in te.plain(doc["imports"]):
+        touched = True
+        arr = doc["imports"]
+        arr.remove(imp["glob"])
+        if imp.get("created") and len(arr) == 0:
+            del doc["imports"]
+    return te.dumps_like(doc, text) if touched else text
+
+
+def _restore(doc: Any, path: tuple[str, ...], prev: dict | None, where: str) -> None:
+    if prev and prev.get("had"):
+        te.set_key(te.ensure_table(doc, path[:-1], where), path[-1], prev["previous"])
+    else:
+        te.delete_key(doc, path)

@@ -1,0 +1,160 @@
+"""Small tomlkit helpers that edit an operator's TOML file in place: everything we do
+not touch keeps its bytes (comments, order, quoting, indentation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tomlkit
+from tomlkit.exceptions import ParseError, TOMLKitError
+from tomlkit.items import Table
+from tomlkit.toml_document import TOMLDocument
+
+from nct.errors import EngineConfigError
+
+
+def parse(text: str, path: str) -> TOMLDocument:
+    """Parse TOML or raise a one-line EngineConfigError naming the file (and line)."""
+    try:
+        return tomlkit.parse(text)
+    except ParseError as e:
+        raise EngineConfigError(f"{path}: invalid TOML at line {e.line}, column {e.col}") from None
+    except (TOMLKitError, ValueError) as e:
+        raise EngineConfigError(f"{path}: invalid TOML: {e}") from None
+
+
+def dumps(doc: TOMLDocument) -> str:
+    return tomlkit.dumps(doc)
+
+
+def plain(item: Any) -> Any:
+    """A tomlkit item as plain Python data (dicts, lists, scalars)."""
+    return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+def get(container: Any, path: tuple[str, ...], where: str = "") -> Any:
+    """The value at `path`, or None when any part is missing.  A part that exists but is
+    not a table is an error: we refuse to guess what the operator meant."""
+    node = container
+    for i, key in enumerate(path):
+        if not _is_table(node):
+            raise EngineConfigError(f"{where}: {'.'.join(path[:i])} is not a table")
+        if key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def ensure_table(container: Any, path: tuple[str, ...], where: str = "") -> Any:
+    """The table at `path`, creating (super) tables as needed."""
+    node = container
+    for i, key in enumerate(path):
+        if key not in node:
+            node.add(key, tomlkit.table(is_super_table=True))
+        node = node[key]
+        if not _is_table(node):
+            raise EngineConfigError(f"{where}: {'.'.join(path[: i + 1])} is not a table")
+    return node
+
+
+def set_key(table: Any, key: str, value: Any) -> bool:
+    """Set a scalar key keeping its comment; a new key gets its siblings' indentation.
+    Returns True when the file changes."""
+    if key in table:
+        if plain(table[key]) == value:
+            return False
+        table[key] = value
+        return True
+    indent = _key_indent(table)
+    table.add(key, value)
+    if indent:
+        item = _items(table).item(key)
+        item.trivia.indent = indent
+    return True
+
+
+def delete_key(container: Any, path: tuple[str, ...]) -> bool:
+    parent = get(container, path[:-1]) if len(path) > 1 else container
+    if parent is None or not _is_table(parent) or path[-1] not in parent:
+        return False
+    del parent[path[-1]]
+    return True
+
+
+def prune_empty(container: Any, path: tuple[str, ...]) -> None:
+    """Remove now-empty tables along `path`, deepest first (only ones with no keys left)."""
+    for depth in range(len(path), 0, -1):
+        node = get(container, path[:depth])
+        if node is None:
+            continue
+        if not _is_table(node) or len(node) > 0:
+            return
+        delete_key(container, path[:depth])
+
+
+def put_table(parent: Any, key: str, data: dict, like: Any = None) -> None:
+    """Add (or replace) `parent[key]` as a table built from plain `data`, laid out like the
+    existing table `like` (a sibling) so the new block reads as if the operator wrote it:
+    same indentation, a blank line before each sub-table and after the block."""
+    header, keys = "", ""
+    if like is not None and isinstance(like, Table):
+        header = like.trivia.indent.split("\n")[-1]
+        keys = _key_indent(like) or header
+    step = keys[len(header):] if keys.startswith(header) else ""
+    table = _build(data)
+    if key in parent:
+        del parent[key]
+    parent.add(key, table)
+    _layout(_items(parent).item(key), header, keys, step, first=True)
+
+
+def _build(data: dict) -> Table:
+    table = tomlkit.table()
+    for k, v in data.items():
+        if not isinstance(v, dict):
+            table.add(k, v)
+    subtables = [(k, v) for k, v in data.items() if isinstance(v, dict)]
+    for k, v in subtables:
+        table.add(k, _build(v))
+    if not subtables:
+        table.add(tomlkit.nl())
+    return table
+
+
+def _layout(table: Table, header: str, keys: str, step: str, first: bool = False) -> None:
+    """Set indentation after insertion (tomlkit re-indents items while they are added)."""
+    table.trivia.indent = header if first else "\n" + header
+    for k, item in table.value.body:
+        if k is None:
+            continue
+        if isinstance(item, Table):
+            _layout(item, keys, keys + step, step)
+        elif hasattr(item, "trivia"):
+            item.trivia.indent = keys
+
+
+def dumps_like(doc: TOMLDocument, original: str | None) -> str:
+    """Dump, without leaving a blank line at the end that the original did not have."""
+    text = tomlkit.dumps(doc)
+    if text.endswith("\n\n") and not (original or "").endswith("\n\n"):
+        text = text.rstrip("\n") + "\n"
+    return text
+
+
+def _is_table(node: Any) -> bool:
+    return isinstance(node, (Table, TOMLDocument)) or (hasattr(node, "keys") and hasattr(node, "add"))
+
+
+def _items(table: Any) -> Any:
+    return table if isinstance(table, TOMLDocument) else getattr(table, "value", table)
+
+
+def _key_indent(table: Any) -> str:
+    try:
+        body = _items(table).body
+    except AttributeError:
+        return ""
+    for key, item in body:
+        if key is not None and not isinstance(item, Table) and hasattr(item, "trivia"):
+            return item.trivia.indent
+    return ""

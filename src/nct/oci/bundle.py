@@ -1,0 +1,246 @@
+"""Read and write an OCI bundle's config.json.
+
+The spec stays a plain dict so fields we do not know survive a round trip unchanged;
+only the parts nct reads or edits are type-checked (`check_spec_types`), each failure a
+one-line SpecError naming the file and the key."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from nct.errors import SpecError
+from nct.oci.fileio import atomic_write
+
+CONFIG_NAME = "config.json"
+
+
+def config_path(bundle: str) -> str:
+    return os.path.join(bundle or ".", CONFIG_NAME)
+
+
+def read_spec_file(path: str) -> dict:
+    """Load an OCI spec file; SpecError for a missing file, bad JSON (line and column), or
+    a document that is not an object."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file (is the bundle path right?)") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        spec = json.loads(data)
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text at byte {e.start}") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(spec, dict):
+        raise SpecError(f"{path}: the OCI spec must be a JSON object, not {_typename(spec)}")
+    return spec
+
+
+def load_bundle_spec(bundle: str, *, strict: bool = False) -> dict:
+    """`<bundle>/config.json` as a dict, with the parts we use type-checked.
+    `strict` also rejects fields the OCI spec does not define (upstream's default decode)."""
+    path = config_path(bundle)
+    spec = read_spec_file(path)
+    check_spec_types(spec, path)
+    if strict:
+        unknown = unknown_fields(spec)
+        if unknown:
+            raise SpecError(f"{path}: unknown field {unknown[0]!r} in OCI spec"
+                            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+    return spec
+
+
+def dump_spec(spec: dict) -> bytes:
+    """Compact JSON, as upstream writes it back."""
+    try:
+        return json.dumps(spec, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
+        return json.dumps(spec, separators=(",", ":")).encode("ascii")
+
+
+def write_bundle_spec(bundle: str, spec: dict) -> None:
+    """Replace `<bundle>/config.json` atomically, keeping its mode and owner."""
+    write_spec_file(config_path(bundle), spec)
+
+
+def write_spec_file(path: str, spec: dict) -> None:
+    data = dump_spec(spec)
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot write: {e.strerror or e}") from None
+
+
+# --- type checks of the parts nct reads or edits -------------------------------------
+
+def _typename(v: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _want(path: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise SpecError(f"{path}: {key} must be {what}, not {_typename(value)}")
+
+
+def _str_list(path: str, key: str, value: object) -> None:
+    _want(path, key, value, list, "an array of strings")
+    for i, item in enumerate(value):  # type: ignore[arg-type]
+        _want(path, f"{key}[{i}]", item, str, "a string")
+
+
+def _int(path: str, key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{path}: {key} must be an integer, not {_typename(value)}")
+
+
+def check_spec_types(spec: dict, path: str = CONFIG_NAME) -> None:
+    """Type-check what nct reads or edits: ociVersion, process (env, user, capabilities),
+    root.path, mounts, hooks, annotations, linux.devices, linux.resources.devices.
+    Absent parts are fine; present ones must have the OCI types."""
+    if "ociVersion" in spec:
+        _want(path, "ociVersion", spec["ociVersion"], str, "a string")
+    proc = spec.get("process")
+    if proc is not None:
+        _want(path, "process", proc, dict, "an object")
+        if proc.get("env") is not None:
+            _str_list(path, "process.env", proc["env"])
+        if proc.get("args") is not None:
+            _str_list(path, "process.args", proc["args"])
+        user = proc.get("user")
+        if user is not None:
+            _want(path, "process.user", user, dict, "an object")
+            for k in ("uid", "gid"):
+                if user.get(k) is not None:
+                    _int(path, f"process.user.{k}", user[k])
+            gids = user.get("additionalGids")
+            if gids is not None:
+                _want(path, "process.user.additionalGids", gids, list, "an array of integers")
+                for i, g in enumerate(gids):
+                    _int(path, f"process.user.additionalGids[{i}]", g)
+        caps = proc.get("capabilities")
+        if caps is not None:
+            if isinstance(caps, list):  # OCI 1.0.0-rc1..rc5: a flat list
+                _str_list(path, "process.capabilities", caps)
+            else:
+                _want(path, "process.capabilities", caps, dict, "an object")
+                for k, v in caps.items():
+                    if v is not None:
+                        _str_list(path, f"process.capabilities.{k}", v)
+    root = spec.get("root")
+    if root is not None:
+        _want(path, "root", root, dict, "an object")
+        if root.get("path") is not None:
+            _want(path, "root.path", root["path"], str, "a string")
+    mounts = spec.get("mounts")
+    if mounts is not None:
+        _want(path, "mounts", mounts, list, "an array")
+        for i, m in enumerate(mounts):
+            _want(path, f"mounts[{i}]", m, dict, "an object")
+            _want(path, f"mounts[{i}].destination", m.get("destination"), str, "a string")
+            for k in ("source", "type"):
+                if m.get(k) is not None:
+                    _want(path, f"mounts[{i}].{k}", m[k], str, "a string")
+            if m.get("options") is not None:
+                _str_list(path, f"mounts[{i}].options", m["options"])
+    hooks = spec.get("hooks")
+    if hooks is not None:
+        _want(path, "hooks", hooks, dict, "an object")
+        for stage, lst in hooks.items():
+            if lst is None:
+                continue
+            _want(path, f"hooks.{stage}", lst, list, "an array")
+            for i, h in enumerate(lst):
+                _want(path, f"hooks.{stage}[{i}]", h, dict, "an object")
+                _want(path, f"hooks.{stage}[{i}].path", h.get("path"), str, "a string")
+    ann = spec.get("annotations")
+    if ann is not None:
+        _want(path, "annotations", ann, dict, "an object")
+        for k, v in ann.items():
+            _want(path, f"annotations.{k}", v, str, "a string")
+    linux = spec.get("linux")
+    if linux is not None:
+        _want(path, "linux", linux, dict, "an object")
+        devs = linux.get("devices")
+        if devs is not None:
+            _want(path, "linux.devices", devs, list, "an array")
+            for i, d in enumerate(devs):
+                _want(path, f"linux.devices[{i}]", d, dict, "an object")
+                _want(path, f"linux.devices[{i}].path", d.get("path"), str, "a string")
+        res = linux.get("resources")
+        if res is not None:
+            _want(path, "linux.resources", res, dict, "an object")
+            rules = res.get("devices")
+            if rules is not None:
+                _want(path, "linux.resources.devices", rules, list, "an array")
+                for i, r in enumerate(rules):
+                    _want(path, f"linux.resources.devices[{i}]", r, dict, "an object")
+
+
+# --- strict decode: fields the OCI runtime spec (v1.2) defines, by object -------------
+
+_KNOWN: dict[str, frozenset[str]] = {
+    "": frozenset({"ociVersion", "process", "root", "hostname", "domainname", "mounts", "hooks",
+                   "annotations", "linux", "solaris", "windows", "vm", "zos", "freebsd"}),
+    "process": frozenset({"terminal", "consoleSize", "user", "args", "commandLine", "env", "cwd",
+                          "capabilities", "rlimits", "noNewPrivileges", "apparmorProfile",
+                          "oomScoreAdj", "scheduler", "selinuxLabel", "ioPriority",
+                          "execCPUAffinity"}),
+    "process.user": frozenset({"uid", "gid", "umask", "additionalGids", "username"}),
+    "process.capabilities": frozenset({"bounding", "effective", "inheritable", "permitted",
+                                       "ambient"}),
+    "root": frozenset({"path", "readonly"}),
+    "mounts[]": frozenset({"destination", "type", "source", "options", "uidMappings",
+                           "gidMappings"}),
+    "hooks": frozenset({"prestart", "createRuntime", "createContainer", "startContainer",
+                        "poststart", "poststop"}),
+    "hooks[]": frozenset({"path", "args", "env", "timeout"}),
+    "linux": frozenset({"uidMappings", "gidMappings", "sysctl", "resources", "cgroupsPath",
+                        "namespaces", "devices", "seccomp", "rootfsPropagation", "maskedPaths",
+                        "readonlyPaths", "mountLabel", "intelRdt", "personality", "timeOffsets",
+                        "netDevices", "memoryPolicy"}),
+    "linux.devices[]": frozenset({"path", "type", "major", "minor", "fileMode", "uid", "gid"}),
+    "linux.resources.devices[]": frozenset({"allow", "type", "major", "minor", "access"}),
+}
+
+
+def unknown_fields(spec: dict) -> list[str]:
+    """Dotted names of fields the OCI runtime spec does not define, in the objects nct
+    knows (top level, process, user, capabilities, root, mounts, hooks, linux, devices)."""
+    out: list[str] = []
+
+    def scan(obj: object, where: str, label: str) -> None:
+        if isinstance(obj, dict):
+            known = _KNOWN[where]
+            out.extend(f"{label}.{k}".lstrip(".") for k in obj if k not in known)
+
+    scan(spec, "", "")
+    proc = spec.get("process")
+    scan(proc, "process", "process")
+    if isinstance(proc, dict):
+        scan(proc.get("user"), "process.user", "process.user")
+        scan(proc.get("capabilities"), "process.capabilities", "process.capabilities")
+    scan(spec.get("root"), "root", "root")
+    for i, m in enumerate(spec.get("mounts") or []):
+        scan(m, "mounts[]", f"mounts[{i}]")
+    hooks = spec.get("hooks")
+    scan(hooks, "hooks", "hooks")
+    if isinstance(hooks, dict):
+        for stage, lst in hooks.items():
+            for i, h in enumerate(lst if isinstance(lst, list) else []):
+                scan(h, "hooks[]", f"hooks.{stage}[{i}]")
+    linux = spec.get("linux")
+    scan(linux, "linux", "linux")
+    if isinstance(linux, dict):
+        for i, d in enumerate(linux.get("devices") or []):
+            scan(d, "linux.devices[]", f"linux.devices[{i}]")
+        res = linux.get("resources")  # its own keys vary across spec versions: not checked
+        if isinstance(res, dict):
+            for i, r in enumerate(res.get("devices") or []):
+                scan(r, "linux.resources.devices[]", f"linux.resources.devices[{i}]")
+    return out

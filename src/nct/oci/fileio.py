@@ -1,0 +1,50 @@
+"""Atomic file replacement, shared by the bundle writer and the CDI spec writer.
+
+A reader (runc, containerd, a CDI cache) must see either the old file or the new one,
+never a truncated mix, and a failure must leave the original untouched."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner: bool = True) -> None:
+    """Replace `path` with `data`: temp file in the same dir, fsync, rename.
+
+    `mode` None keeps the existing file's permission bits (0644 for a new file); the
+    owner is kept too when we can (running as root over a file someone else owns)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if mode is None:
+        mode = (st.st_mode & 0o7777) if st is not None else 0o644
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            if keep_owner and st is not None and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), st.st_uid, st.st_gid)
+                except PermissionError:
+                    pass
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename durable; best effort (some filesystems refuse O_DIRECTORY fsync)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass

@@ -1,0 +1,79 @@
+"""`nvidia-ctk cdi list|transform root|generate|check` through click and the real binary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from click.testing import CliRunner
+
+from nct.cdi.cli import cdi_group
+from nct.cli.ctk import ctk
+from tests.cdi.test_cdi_registry import node, write_spec
+
+
+def test_list_prints_names_and_warns(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    write_spec(a, "x.json", devices={"0": node(0), "all": node(0)})
+    write_spec(b, "y.yaml", kind="example.com/net", devices={"eth": {"env": ["A=1"]}})
+    (tmp_path / "a" / "bad.json").write_text("[]")
+    r = CliRunner().invoke(ctk, ["cdi", "list", "--spec-dir", a, "--spec-dir", b])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == ["example.com/net=eth", "nvidia.com/gpu=0", "nvidia.com/gpu=all"]
+    assert "warning:" in r.stderr and "bad.json" in r.stderr
+    r = CliRunner(env={"NVIDIA_CTK_CDI_SPEC_DIRS": f"{b}"}).invoke(ctk, ["cdi", "list"])
+    assert r.stdout.splitlines() == ["example.com/net=eth"]
+
+
+def test_list_real_binary(tmp_path, nct_bin):
+    write_spec(str(tmp_path), "x.json", devices={"0": node(0)})
+    out = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "list", "--spec-dir", str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == "nvidia.com/gpu=0\n"
+
+
+def test_transform_root(tmp_path):
+    src = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+           "devices": [{"name": "0", "containerEdits": {"deviceNodes": [
+               {"path": "/dev/nvidia0", "hostPath": "/run/nvidia/driver/dev/nvidia0"}]}}],
+           "containerEdits": {"mounts": [
+               {"hostPath": "/run/nvidia/driver/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"},
+               {"hostPath": "/run/nvidia/driver2/x", "containerPath": "/x"}],
+               "hooks": [{"hookName": "createContainer", "path": "/run/nvidia/driver/usr/bin/nvidia-cdi-hook",
+                          "args": ["nvidia-cdi-hook", "create-symlinks", "--link",
+                                   "/run/nvidia/driver/a::/run/nvidia/driver/b"]}]}}
+    inp = tmp_path / "in.json"
+    inp.write_text(json.dumps(src))
+    r = CliRunner().invoke(cdi_group, ["transform", "root", "--from", "/run/nvidia/driver", "--to", "/host",
+                                       "--input", str(inp), "--output", str(tmp_path / "out.json")])
+    assert r.exit_code == 0, r.output
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"] == "/host/dev/nvidia0"
+    mounts = out["containerEdits"]["mounts"]
+    assert [m["hostPath"] for m in mounts] == ["/host/usr/lib/libcuda.so.1", "/run/nvidia/driver2/x"]
+    hook = out["containerEdits"]["hooks"][0]
+    assert hook["path"] == "/host/usr/bin/nvidia-cdi-hook"
+    assert hook["args"][-1] == "/run/nvidia/driver/a::/run/nvidia/driver/b"  # container-side args
+    r = CliRunner().invoke(cdi_group, ["transform", "root", "--from", "/run/nvidia/driver", "--to", "/",
+                                       "--relative-to", "container"], input=json.dumps(src))
+    assert r.exit_code == 0
+    assert json.loads(r.stdout) == src  # nothing under that root on the container side
+
+
+def test_transform_bad_input_is_one_line_error():
+    r = CliRunner().invoke(ctk, ["cdi", "transform", "root"], input="cdiVersion: 0.3.0\nkind: bad\ndevices: []\n")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("ctk: <stdin>: invalid kind 'bad'") or "invalid kind 'bad'" in r.stderr
+    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_generate_and_check_are_wired_but_not_implemented(tmp_path, nct_bin):
+    p = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "generate", "--output", str(tmp_path / "x.yaml"),
+                        "--device-name-strategy", "type-index", "--disable-hook", "chmod"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.startswith("nvidia-ctk: cdi generate is not implemented")
+    p = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "generate", "--enable-hook", "all"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "does not accept 'all'" in p.stderr
+    p = subprocess.run([nct_bin("nct"), "cdi", "check"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.startswith("nct: cdi check is not implemented")

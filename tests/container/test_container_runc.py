@@ -1,0 +1,106 @@
+"""apply_edits on live runc containers (prestart hook): device nodes + cgroup, library
+binds, symlinks, /proc/driver/nvidia view, isolated ldconfig."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from realparts import (NV_MAJOR, helper_hook, needs_gcc, needs_root, needs_runc, run_container,
+                      write_bundle, write_edits)
+
+pytestmark = [needs_root, needs_runc]
+
+PROBE = ("for d in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; do "
+         "if [ -e $d ]; then cat $d 2>&1 | sed 's/^/open /'; else echo absent $d; fi; done")
+
+
+def gpu_edits(host_gpu, minors=(1,), lib=True, ldconfig=True) -> dict:
+    nodes = [dict(path="/dev/nvidiactl", host_path=host_gpu["nodes"]["nvidiactl"], major=NV_MAJOR, minor=255)]
+    for m in minors:
+        nodes.append(dict(path=f"/dev/nvidia{m}", host_path=host_gpu["nodes"][f"nvidia{m}"], major=NV_MAJOR, minor=m))
+    edits = {"device_nodes": nodes}
+    if lib and host_gpu["lib"]:
+        edits["mounts"] = [dict(host_path=host_gpu["lib"],
+                                container_path="/usr/lib/x86_64-linux-gnu/libnvfake.so.550.54.15")]
+        edits["symlinks"] = [dict(target="libnvfake.so.1", link="/usr/lib/x86_64-linux-gnu/libnvfake.so")]
+        if ldconfig:
+            edits["ldconfig_folders"] = ["/usr/lib/x86_64-linux-gnu"]
+    return edits
+
+
+def ld_cache_entries(rootfs: str) -> str:
+    return subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                          capture_output=True, text=True).stdout
+
+
+@needs_gcc
+def test_gpu1_only_enxio_vs_eperm_and_libraries(tmp_path, rootfs, host_gpu):
+    bundle = os.path.dirname(rootfs)
+    edits = write_edits(str(tmp_path / "edits.json"), gpu_edits(host_gpu))
+    script = PROBE + "; ls -l /usr/lib/x86_64-linux-gnu/; mount | grep nvfake"
+    write_bundle(bundle, ["sh", "-c", script], hooks=helper_hook(edits))
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "absent /dev/nvidia0" in out
+    assert "open cat: can't open '/dev/nvidia1': No such device or address" in out
+    assert "open cat: can't open '/dev/nvidiactl': No such device or address" in out
+    assert "libnvfake.so -> libnvfake.so.1" in out
+    assert "libnvfake.so.1 -> libnvfake.so.550.54.15" in out  # made by ldconfig from the SONAME
+    assert "(ro,nosuid,nodev" in out.split("libnvfake.so.550.54.15 type")[1]
+    assert "libnvfake.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvfake.so.1" in ld_cache_entries(rootfs)
+
+
+def test_node_not_given_is_eperm(tmp_path, rootfs, host_gpu):
+    """A node that exists in the container but was not allowed by us: the cgroup says no."""
+    bundle = os.path.dirname(rootfs)
+    edits = write_edits(str(tmp_path / "edits.json"), gpu_edits(host_gpu, lib=False),
+                        {"no_devbind": True})
+    os.mknod(os.path.join(rootfs, "nvidia0-planted"), 0o666 | 0o020000, os.makedev(NV_MAJOR, 0))
+    write_bundle(bundle, ["sh", "-c", PROBE + "; cat /nvidia0-planted 2>&1; ls -l /dev/nvidia1"],
+                 hooks=helper_hook(edits))
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    assert "can't open '/nvidia0-planted': Operation not permitted" in res.stdout
+    assert "can't open '/dev/nvidia1': No such device or address" in res.stdout
+    assert f"{NV_MAJOR},   1" in res.stdout  # mknod'ed, not bound
+
+
+def test_proc_driver_view(tmp_path, rootfs, host_gpu):
+    proc = tmp_path / "hostproc"
+    gpus = proc / "driver/nvidia/gpus"
+    for bus in ("00000000:01:00.0", "00000000:02:00.0"):
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(f"Bus Location: {bus}\n")
+    (proc / "driver/nvidia/params").write_text("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n")
+    (proc / "driver/nvidia/version").write_text("NVRM version: 550.54.15\n")
+    bundle = os.path.dirname(rootfs)
+    edits = write_edits(str(tmp_path / "edits.json"),
+                        dict(gpu_edits(host_gpu, lib=False), proc_driver_gpus=["00000000:02:00.0"]),
+                        {"proc_root": str(proc)})
+    write_bundle(bundle, ["sh", "-c", "ls /proc/driver/nvidia/gpus; cat /proc/driver/nvidia/params; "
+                          "cat /proc/driver/nvidia/gpus/*/information; stat -c '%a' /proc/driver/nvidia; "
+                          "grep /proc/driver/nvidia /proc/mounts"], hooks=helper_hook(edits))
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "00000000:02:00.0"
+    assert "ModifyDeviceFiles: 0" in res.stdout and "ModifyDeviceFiles: 1" not in res.stdout
+    assert "Bus Location: 00000000:02:00.0" in res.stdout
+    assert "555" in lines
+    assert any("/proc/driver/nvidia tmpfs" in l and "nosuid,nodev,noexec" in l for l in lines)
+
+
+def test_hook_failure_stops_container(tmp_path, rootfs, host_gpu):
+    bundle = os.path.dirname(rootfs)
+    edits = write_edits(str(tmp_path / "edits.json"), {"mounts": [
+        dict(host_path=str(tmp_path / "missing.so"), container_path="/usr/lib/missing.so")]})
+    marker = os.path.join(rootfs, "ran")
+    write_bundle(bundle, ["touch", "/ran"], hooks=helper_hook(edits))
+    res = run_container(bundle)
+    assert res.returncode != 0
+    assert "missing.so" in res.stderr
+    assert not os.path.exists(marker)

@@ -1,0 +1,257 @@
+"""nvidia-cdi-hook: every subcommand, run as the real console script against busybox rootfs
+directories, hostile images included (their host "victim" must stay untouched)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from realparts import NV_MAJOR, build_lib, needs_gcc, needs_root, snapshot
+
+HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
+CTK = os.path.join(os.path.dirname(sys.executable), "nvidia-ctk")
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def hook(*args, state: dict | None = None, env: dict | None = None, prog: str = HOOK,
+         wrap: list[str] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([*wrap, prog, *args], input=json.dumps(state) if state is not None else "",
+                          capture_output=True, text=True, env=env or CLEAN_ENV, timeout=60)
+
+
+def state_for(rootfs: str) -> dict:
+    """An OCI state whose bundle config.json points at rootfs (relative, as runc bundles do)."""
+    bundle = os.path.dirname(rootfs)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "root": {"path": os.path.basename(rootfs)}}, f)
+    return {"ociVersion": "1.0.2", "id": "x", "status": "creating", "pid": os.getpid(), "bundle": bundle}
+
+
+# ---- compatibility rules --------------------------------------------------------------------
+def test_unknown_subcommand_warns_and_exits_0():
+    res = hook("some-future-hook", "--with", "flags")
+    assert res.returncode == 0
+    assert "Unsupported CDI hook" in res.stderr
+
+
+def test_unknown_global_flag_warns_and_exits_0():
+    res = hook("--no-such-flag", "create-symlinks")
+    assert res.returncode == 0 and "Unsupported CDI hook" in res.stderr
+
+
+def test_unknown_subcommand_flag_warns_and_exits_0():
+    res = hook("create-symlinks", "--future-flag", "x")
+    assert res.returncode == 0 and "Unsupported CDI hook" in res.stderr
+
+
+def test_noop_and_ctk_hook_alias(rootfs):
+    assert hook("noop").returncode == 0
+    res = hook("hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+               state=state_for(rootfs), prog=CTK)
+    assert res.returncode == 0, res.stderr
+    assert os.readlink(os.path.join(rootfs, "usr/lib/x86_64-linux-gnu/libcuda.so")) == "libcuda.so.1"
+
+
+def test_bad_state_is_one_line_error():
+    res = hook("create-symlinks", "--link", "a::/b", state=None)
+    assert res.returncode != 0
+    assert res.stderr.startswith("nvidia-cdi-hook: container state on stdin: invalid JSON")
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_root_slash_refused(tmp_path):
+    spec = tmp_path / "config.json"
+    spec.write_text(json.dumps({"root": {"path": "/"}}))
+    res = hook("update-ldcache", "--folder", "/usr/lib", "--container-spec", str(spec))
+    assert res.returncode != 0 and "must not be /" in res.stderr
+
+
+# ---- create-symlinks ------------------------------------------------------------------------
+def test_create_symlinks_idempotent_and_replacing(rootfs):
+    st = state_for(rootfs)
+    link = os.path.join(rootfs, "usr/lib/x86_64-linux-gnu/libcuda.so")
+    with open(link, "w") as f:  # a plain file in the way is replaced atomically
+        f.write("image file")
+    for _ in range(2):
+        res = hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+                   "--link", "../libnvidia-allocator.so.1::/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so", state=st)
+        assert res.returncode == 0, res.stderr
+    assert os.readlink(link) == "libcuda.so.1"
+    gbm = os.path.join(rootfs, "usr/lib/x86_64-linux-gnu/gbm")
+    assert stat.S_IMODE(os.stat(gbm).st_mode) == 0o755
+    assert os.readlink(os.path.join(gbm, "nvidia-drm_gbm.so")) == "../libnvidia-allocator.so.1"
+    assert not [n for n in os.listdir(os.path.dirname(link)) if n.startswith(".")]
+
+
+def test_create_symlinks_hostile_parent_stays_in_root(rootfs, victim):
+    """The image's lib dir is an absolute symlink to a host dir: the link lands inside the rootfs."""
+    before = snapshot(victim)
+    libdir = os.path.join(rootfs, "usr/lib/x86_64-linux-gnu")
+    os.rmdir(libdir)
+    os.symlink(os.path.join(victim, "lib"), libdir)
+    res = hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+               "--link", "x::/usr/lib/x86_64-linux-gnu/../../../../../../../../keep", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert snapshot(victim) == before
+    inside = os.path.join(rootfs, victim.lstrip("/"), "lib", "libcuda.so")
+    assert os.readlink(inside) == "libcuda.so.1"
+    assert os.readlink(os.path.join(rootfs, "keep")) == "x"  # ".." stops at the container root
+
+
+# ---- update-ldcache -------------------------------------------------------------------------
+def _env_dumper(tmp_path) -> str:
+    """A static stand-in for ldconfig that records its argv and environment in /ldconfig.out
+    (of whatever root it runs in)."""
+    src = tmp_path / "dump.c"
+    src.write_text(r'''
+#include <stdio.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    FILE *f = fopen("/ldconfig.out", "w");
+    if (!f) return 3;
+    for (int i = 0; i < argc; i++) fprintf(f, "arg %s\n", argv[i]);
+    for (char **e = environ; *e; e++) fprintf(f, "env %s\n", *e);
+    return fclose(f) ? 4 : 0;
+}
+''')
+    out = str(tmp_path / "fake-ldconfig")
+    subprocess.run(["gcc", "-static", "-O1", "-o", out, str(src)], check=True)
+    return out
+
+
+@needs_root
+@needs_gcc
+def test_update_ldcache_runs_chrooted_with_empty_env(tmp_path, rootfs):
+    fake = _env_dumper(tmp_path)
+    env = dict(CLEAN_ENV, LD_PRELOAD="/evil/preload.so", LD_LIBRARY_PATH="/evil", NVIDIA_CTK_DEBUG="false")
+    res = hook("update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu", "--folder", "/opt/nv/lib",
+               "--ldconfig-path", fake, state=state_for(rootfs), env=env)
+    assert res.returncode == 0, res.stderr
+    lines = open(os.path.join(rootfs, "ldconfig.out")).read().splitlines()
+    assert lines[1:] == ["arg -f", "arg /etc/ld.so.conf", "arg -C", "arg /etc/ld.so.cache"]
+    assert not [line for line in lines if line.startswith("env ")]  # empty environment
+    assert not os.path.exists("/ldconfig.out")
+    conf = open(os.path.join(rootfs, "etc/ld.so.conf")).read()
+    assert conf == "include /etc/ld.so.conf.d/*.conf\n"
+    confd = os.path.join(rootfs, "etc/ld.so.conf.d")
+    names = sorted(os.listdir(confd))
+    assert names[0].startswith("00-nvcr-") and names[1].startswith("zz-nvcr-")
+    assert open(os.path.join(confd, names[0])).read() == "/opt/nv/lib\n"  # system dir not repeated
+    assert "/usr/lib/x86_64-linux-gnu" in open(os.path.join(confd, names[1])).read()
+    assert stat.S_IMODE(os.stat(os.path.join(confd, names[0])).st_mode) == 0o644
+
+
+@needs_root
+@needs_gcc
+def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, victim):
+    """/etc -> host dir and /etc/ld.so.cache -> host file: ldconfig writes inside the rootfs."""
+    before = snapshot(victim)
+    build_lib(os.path.join(rootfs, "usr/lib/x86_64-linux-gnu"), "libnvfake.so.550.54.15", "libnvfake.so.1")
+    shutil.rmtree(os.path.join(rootfs, "etc"))
+    os.symlink(os.path.join(victim, "etc"), os.path.join(rootfs, "etc"))
+    res = hook("update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert snapshot(victim) == before
+    cache = os.path.join(rootfs, victim.lstrip("/"), "etc", "ld.so.cache")
+    out = subprocess.run(["/sbin/ldconfig", "-p", "-C", cache], capture_output=True, text=True).stdout
+    assert "libnvfake.so.1" in out
+
+
+# ---- enable-cuda-compat ---------------------------------------------------------------------
+def _compat_lib(rootfs: str, version: str, note: dict | None = None) -> None:
+    d = os.path.join(rootfs, "usr/local/cuda/compat")
+    body = "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }"
+    if note is not None:
+        desc = json.dumps(note).encode() + b"\0"
+        name = b"NVIDIA Corporation\0"
+        blob = (len(name).to_bytes(4, "little") + len(desc).to_bytes(4, "little") + (1).to_bytes(4, "little")
+                + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
+        arr = ",".join(str(b) for b in blob)
+        body += ('\n__attribute__((used, section(".note.cuda.fwd_compatibility"), aligned(4))) '
+                 f"static const unsigned char note[] = {{{arr}}};")
+    build_lib(d, f"libcuda.so.{version}", "libcuda.so.1", body)
+    os.symlink(f"libcuda.so.{version}", os.path.join(d, "libcuda.so.1"))
+
+
+def _compat_conf(rootfs: str) -> list[str]:
+    d = os.path.join(rootfs, "etc/ld.so.conf.d")
+    return [open(os.path.join(d, n)).read() for n in sorted(os.listdir(d)) if n.startswith("00-compat-")] \
+        if os.path.isdir(d) else []
+
+
+@needs_gcc
+@pytest.mark.parametrize("host,used", [("550.54.15", True), ("565.10.01", False)])
+def test_enable_cuda_compat_by_major(rootfs, host, used):
+    _compat_lib(rootfs, "560.35.03")
+    res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+@needs_gcc
+@pytest.mark.parametrize("host,used", [("550.54.15", True), ("535.10.01", False), ("560.40.01", False)])
+def test_enable_cuda_compat_by_elf_note(rootfs, host, used):
+    """Note lists the driver majors the compat lib supports; it must also be newer."""
+    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.6", "Driver Versions": ["550", "560"]})
+    res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):
+    assert hook("enable-cuda-compat", state=state_for(rootfs)).returncode == 0
+    res = hook("enable-cuda-compat", "--host-driver-version=550.54.15", state=state_for(rootfs))
+    assert res.returncode == 0 and _compat_conf(rootfs) == []
+
+
+# ---- disable-device-node-modification --------------------------------------------------------
+@needs_root
+def test_disable_device_node_modification(tmp_path, rootfs):
+    hostproc = tmp_path / "hostproc"
+    (hostproc / "driver/nvidia").mkdir(parents=True)
+    (hostproc / "driver/nvidia/params").write_text("EnableMSI: 1\nModifyDeviceFiles: 1\n")
+    cparams = os.path.join(rootfs, "proc/driver/nvidia/params")
+    os.makedirs(os.path.dirname(cparams))
+    with open(cparams, "w") as f:
+        f.write("EnableMSI: 1\nModifyDeviceFiles: 1\n")
+    st = state_for(rootfs)
+    env = dict(CLEAN_ENV, NCT_PROC_ROOT=str(hostproc))
+    # Mounts stay inside a private mount namespace that dies with the shell.
+    script = f'{HOOK} disable-device-node-modification && cat {cparams} && grep "{cparams}" /proc/self/mountinfo'
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                         input=json.dumps(st), capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "ModifyDeviceFiles: 0" in res.stdout
+    assert " ro," in res.stdout.splitlines()[-1] and "nodev" in res.stdout.splitlines()[-1]
+    assert open(cparams).read().endswith("ModifyDeviceFiles: 1\n")  # image file itself untouched
+
+
+# ---- update-application-profile / chmod -------------------------------------------------------
+@needs_root
+def test_update_application_profile(rootfs):
+    for name, minor in (("nvidia1", 1), ("nvidia3", 3), ("nvidiactl", 255)):
+        os.mknod(os.path.join(rootfs, "dev", name), 0o666 | stat.S_IFCHR, os.makedev(NV_MAJOR, minor))
+    with open(os.path.join(rootfs, "dev", "nvidia7"), "w"):
+        pass  # not a char device: ignored
+    res = hook("update-application-profile", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    d = os.path.join(rootfs, "etc/nvidia/nvidia-application-profiles-rc.d")
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o555
+    conf = os.path.join(d, "10-container.conf")
+    assert stat.S_IMODE(os.stat(conf).st_mode) == 0o444
+    doc = open(conf).read()
+    assert '"EGLVisibleDGPUDevices", 0xa ]' in doc and '"profile": "_container_"' in doc
+
+
+def test_chmod(rootfs):
+    os.makedirs(os.path.join(rootfs, "dev/dri"), mode=0o700)
+    res = hook("chmod", "--mode", "755", "--path", "/dev/dri", "--path", "/dev/absent", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert stat.S_IMODE(os.stat(os.path.join(rootfs, "dev/dri")).st_mode) == 0o755
+    assert hook("chmod", "--path", "/dev/dri", state=state_for(rootfs)).returncode != 0
