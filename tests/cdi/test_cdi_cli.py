@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from nct.cdi.cli import cdi_group
 from nct.cli.ctk import ctk
-from tests.cdi.test_cdi_registry import node, write_spec
+from .test_cdi_registry import node, write_spec
 
 
 def test_list_prints_names_and_warns(tmp_path):

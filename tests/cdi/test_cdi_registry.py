@@ -46,8 +46,12 @@ def test_later_dir_wins_and_equal_priority_conflicts(tmp_path):
     write_spec(etc, "d.json", devices={"3": node(3)})
     write_spec(run, "e.json", devices={"3": node(33)})
     write_spec(run, "f.json", devices={"3": node(34)})  # two higher-priority files -> conflict
+    write_spec(etc, "g.json", devices={"4": node(4)})
+    write_spec(etc, "h.json", devices={"4": node(44)})  # conflict at low priority...
+    write_spec(run, "i.json", devices={"4": node(444)})  # ...settled by a higher one
     reg = Registry([etc, run])
-    assert reg.device_names() == ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+    assert reg.device_names() == ["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=4"]
+    assert reg.devices["nvidia.com/gpu=4"][1]["containerEdits"] == node(444)
     assert reg.devices["nvidia.com/gpu=1"][1]["containerEdits"] == node(11)
     joined = "\n".join(reg.errors)
     assert "conflicting device nvidia.com/gpu=2" in joined and "c.json" in joined and "a.yaml" in joined

@@ -35,10 +35,10 @@ def make_rootfs(root):
 def test_runc_runs_injected_spec(tmp_path):
     host = tmp_path / "host"
     host.mkdir()
-    # Stand-ins for /dev/nvidia0 and /dev/nvidia1: /dev/full's numbers (1:7), so a write
-    # reaching the driver fails with ENOSPC, while one the device cgroup refuses fails EPERM.
+    # Real NVIDIA numbers (195:N) without an NVIDIA driver loaded: an open that the device
+    # cgroup lets through fails with ENXIO, one it refuses fails with EPERM.
     for i in (0, 1):
-        os.mknod(host / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        os.mknod(host / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(195, i))
         os.chmod(host / f"nvidia{i}", 0o666)
     (host / "libfake.so.1").write_text("fake library\n")
     specdir = tmp_path / "cdi"
@@ -66,8 +66,24 @@ def test_runc_runs_injected_spec(tmp_path):
                                "echo env=$FOO; cat /usr/lib/libfake.so.1; stat -c 'node=%F %t:%T' /dev/nvidia0;"
                                " test -e /dev/nvidia1 || echo no-nvidia1;"
                                " echo x > /dev/nvidia0 || echo write-failed"]
-    write_bundle_spec(str(bundle), Registry([str(specdir)]).inject(spec, ["test.example.com/gpu=0"]))
+    injected = Registry([str(specdir)]).inject(spec, ["test.example.com/gpu=0"])
+    write_bundle_spec(str(bundle), injected)
+    out = run(tmp_path, bundle)
+    assert "env=cdi" in out
+    assert "fake library" in out
+    assert "node=character special file c3:0" in out
+    assert "no-nvidia1" in out
+    # the cgroup allow rule let the open through to the (absent) driver: ENXIO, not EPERM
+    assert "No such device or address" in out and "Operation not permitted" not in out, out
 
+    # control: without our allow rule the same open is refused by the device cgroup
+    rules = injected["linux"]["resources"]["devices"]
+    injected["linux"]["resources"]["devices"] = [r for r in rules if r.get("major") != 195]
+    write_bundle_spec(str(bundle), injected)
+    assert "Operation not permitted" in run(tmp_path, bundle)
+
+
+def run(tmp_path, bundle) -> str:
     cid = f"nct-cdi-{uuid.uuid4().hex[:8]}"
     root = tmp_path / "runc-state"
     try:
@@ -75,10 +91,4 @@ def test_runc_runs_injected_spec(tmp_path):
                            capture_output=True, text=True, timeout=60)
     finally:
         subprocess.run(["runc", "--root", str(root), "delete", "-f", cid], capture_output=True)
-    out = p.stdout + p.stderr
-    assert "env=cdi" in out
-    assert "fake library" in out
-    assert "node=character special file 1:7" in out
-    assert "no-nvidia1" in out
-    # the cgroup let the write through to the "driver" (ENOSPC), rather than EPERM
-    assert "No space left on device" in out and "Operation not permitted" not in out, out
+    return p.stdout + p.stderr

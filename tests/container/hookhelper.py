@@ -1,5 +1,6 @@
 """A prestart hook for tests: applies ContainerEdits (from a JSON file) to the container
-described by the OCI state on stdin, with apply_edits. Usage: hookhelper.py EDITS.json"""
+described by the OCI state on stdin, with apply_edits. Usage: hookhelper.py EDITS.json [--rootfs DIR]
+(with --rootfs: no state, no pid: apply in the current mount namespace)."""
 
 import json
 import os
@@ -27,15 +28,20 @@ def load(path: str) -> tuple[ContainerEdits, ApplyOptions]:
 
 
 def main() -> int:
-    state = json.load(sys.stdin)
     edits, options = load(sys.argv[1])
-    with open(os.path.join(state["bundle"], "config.json")) as f:
-        spec = json.load(f)
-    rootfs = spec["root"]["path"]
-    if not os.path.isabs(rootfs):
-        rootfs = os.path.join(state["bundle"], rootfs)
+    pid = None
+    if len(sys.argv) > 3 and sys.argv[2] == "--rootfs":  # standalone: current mount namespace
+        rootfs = sys.argv[3]
+    else:
+        state = json.load(sys.stdin)
+        with open(os.path.join(state["bundle"], "config.json")) as f:
+            spec = json.load(f)
+        rootfs = spec["root"]["path"]
+        if not os.path.isabs(rootfs):
+            rootfs = os.path.join(state["bundle"], rootfs)
+        pid = state["pid"]
     try:
-        apply_edits(edits, rootfs, state["pid"], options)
+        apply_edits(edits, rootfs, pid, options)
     except NctError as e:
         print(f"hookhelper: {e}", file=sys.stderr)
         return 1

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
-from realparts import (NV_MAJOR, helper_hook, needs_gcc, needs_root, needs_runc, run_container, snapshot,
+from realparts import (HOOKHELPER, NV_MAJOR, helper_hook, needs_gcc, needs_root, needs_runc, run_container, snapshot,
                        write_bundle, write_edits)
 
 pytestmark = [needs_root, needs_runc]
@@ -37,7 +38,7 @@ def test_libdir_symlink_to_host(tmp_path, rootfs, host_gpu, victim):
     libdir = os.path.join(rootfs, LIBDIR.lstrip("/"))
     os.rmdir(libdir)
     os.symlink(os.path.join(victim, "lib"), libdir)
-    res = _run(tmp_path, rootfs, _lib_edits(host_gpu), f"ls {LIBDIR}/; cat /dev/nvidia1 2>&1")
+    res = _run(tmp_path, rootfs, _lib_edits(host_gpu), f"ls {LIBDIR}/; cat /dev/nvidia1 2>&1; true")
     assert res.returncode == 0, res.stderr
     assert "libnvfake.so.550.54.15" in res.stdout and "No such device or address" in res.stdout
     assert snapshot(victim) == before
@@ -76,14 +77,19 @@ def test_whole_etc_symlink_to_host(tmp_path, rootfs, host_gpu, victim):
 
 
 def test_dev_symlink_to_host(tmp_path, rootfs, host_gpu, victim):
+    """runc itself refuses an image whose /dev is a symlink, so this one runs apply_edits
+    standalone (no pid: current mount namespace) inside a private namespace."""
     before = snapshot(victim)
     shutil.rmtree(os.path.join(rootfs, "dev"))
     os.symlink(os.path.join(victim, "dev"), os.path.join(rootfs, "dev"))
-    edits = {"device_nodes": [dict(path="/dev/nvidia1", host_path=host_gpu["nodes"]["nvidia1"],
-                                   major=NV_MAJOR, minor=1)]}
-    res = _run(tmp_path, rootfs, edits, "cat /dev/nvidia1 2>&1")
+    edits = write_edits(str(tmp_path / "e.json"), {"device_nodes": [
+        dict(path="/dev/nvidia1", host_path=host_gpu["nodes"]["nvidia1"], major=NV_MAJOR, minor=1)]})
+    inside = os.path.join(rootfs, victim.lstrip("/"), "dev", "nvidia1")
+    script = f"{sys.executable} {HOOKHELPER} {edits} --rootfs {rootfs} && stat -c %t:%T {inside}"
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert "No such device or address" in res.stdout
+    assert res.stdout.strip() == "c3:1"  # 195:1 bound onto the in-root target
     assert snapshot(victim) == before
 
 
@@ -114,7 +120,7 @@ def test_file_where_directory_needed_fails_cleanly(tmp_path, rootfs, host_gpu):
     marker = os.path.join(rootfs, "ran")
     res = _run(tmp_path, rootfs, _lib_edits(host_gpu), "touch /ran")
     assert res.returncode != 0
-    assert "x86_64-linux-gnu is not a directory" in res.stderr
+    assert "x86_64-linux-gnu is a file where a directory is needed" in res.stderr
     assert not os.path.exists(marker)
     assert open(libdir).read() == "not a dir"
 

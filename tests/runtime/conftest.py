@@ -22,11 +22,13 @@ def entry_point(name: str) -> str:
     return str(path)
 
 
-FAKE_RUNTIME = """#!{python} -I -S
+FAKE_RUNTIME = """#!{python} -IS
 import json, os, sys
 out = os.environ["FAKE_RT_OUT"]
 with open(out, "a") as f:
-    f.write(json.dumps({{"argv": sys.argv, "env": dict(os.environ)}}) + "\\n")
+    raw = open("/proc/self/environ", "rb").read().decode()  # not os.environ: PEP 538 edits it
+    env = dict(x.split("=", 1) for x in raw.split("\\0") if x)
+    f.write(json.dumps({{"argv": sys.argv, "env": env}}) + "\\n")
 print("fake runtime ran")
 """
 
@@ -128,3 +130,63 @@ def needs_root_runc():
         pytest.skip("needs root")
     if not shutil.which("runc"):
         pytest.skip("needs runc")
+
+
+# --- real containers ------------------------------------------------------------------------
+
+GLIBC = ("/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libm.so.6")
+PROBE_C = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) { printf("dlopen failed: %s\n", dlerror()); return 1; }
+    int (*get)(int *) = (int (*)(int *))dlsym(h, "cuDriverGetVersion");
+    int v = 0;
+    if (get) get(&v);
+    printf("cuDriverGetVersion=%d\n", v);
+    return 0;
+}
+"""
+
+
+def make_rootfs(path: Path) -> Path:
+    """busybox-static + the host's glibc (+ a dlopen(libcuda.so.1) probe when gcc exists)."""
+    busybox = shutil.which("busybox")
+    if not busybox:
+        pytest.skip("needs busybox-static")
+    for d in ("bin", "sbin", "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "out", "usr/bin",
+              "usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "lib64", "run"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(busybox, path / "bin/busybox")
+    for applet in ("sh", "ls", "cat", "echo", "readlink", "test", "sleep", "grep"):
+        os.symlink("busybox", path / "bin" / applet)
+    for f in GLIBC:
+        dst = path / f.lstrip("/")
+        shutil.copy2(os.path.realpath(f), dst)
+    (path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    (path / "etc/debian_version").write_text("12.0\n")
+    if shutil.which("gcc"):
+        src = path.parent / "probe.c"
+        src.write_text(PROBE_C)
+        subprocess.run(["gcc", "-O1", "-o", str(path / "usr/bin/cuda-probe"), str(src)], check=True)
+    return path
+
+
+def runc_bundle(base: Path, script: str, env: list[str] = ()) -> tuple[Path, Path]:
+    """A bundle running `sh -c script` with /out bind-mounted from base/out."""
+    rootfs = make_rootfs(base / "rootfs")
+    out = base / "out"
+    out.mkdir()
+    bundle = base / "bundle"
+    bundle.mkdir()
+    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["root"] = {"path": str(rootfs), "readonly": False}
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = ["/bin/sh", "-c", script]
+    spec["process"]["env"] = ["PATH=/usr/bin:/bin:/sbin", *env]
+    spec["mounts"].append({"destination": "/out", "type": "bind", "source": str(out),
+                           "options": ["rbind", "rw"]})
+    (bundle / "config.json").write_text(json.dumps(spec, indent=1))
+    return bundle, out

@@ -91,7 +91,7 @@ def transform_group() -> None:
 def transform_root_command(ctx: click.Context, from_root: str, to_root: str, input_path: str,
                            output_path: str, relative_to: str) -> None:
     """Rewrite the root of the paths in a CDI spec (e.g. a driver container's root)."""
-    from nct.cdi.spec import dump_spec, parse_spec_data, save_spec, validate_spec
+    from nct.cdi.spec import dump_spec, parse_spec_data, save_spec, validate_spec, with_minimum_version
     from nct.cdi.transform import transform_root
 
     if input_path == "-":
@@ -106,9 +106,9 @@ def transform_root_command(ctx: click.Context, from_root: str, to_root: str, inp
     doc, from_yaml = parse_spec_data(data, source)
     spec = transform_root(validate_spec(doc, source, from_yaml=from_yaml), from_root, to_root, relative_to)
     if output_path and output_path != "-":
-        save_spec(spec, output_path, fmt="yaml" if from_yaml else "json", set_version=False)
+        save_spec(spec, output_path, fmt="yaml" if from_yaml else "json")
     else:
-        validate_spec(spec, "<output>")
+        spec = validate_spec(with_minimum_version(spec), "<output>")
         click.echo(dump_spec(spec, "yaml" if from_yaml else "json"), nl=False)
 
 

@@ -34,7 +34,7 @@ class Registry:
 
     def refresh(self) -> None:
         self.specs, self.devices, self.errors = [], {}, []
-        conflicts: set[str] = set()
+        conflicts: dict[str, int] = {}  # device -> priority at which two files define it
         for prio, directory in enumerate(self.spec_dirs):
             for path in spec_files(directory):
                 try:
@@ -50,10 +50,11 @@ class Registry:
                         continue
                     if old is not None and old[0].priority == prio:
                         self.errors.append(f"conflicting device {qn} (specs {old[0].path}, {path})")
-                        conflicts.add(qn)
+                        conflicts[qn] = prio
                     self.devices[qn] = (spec, dev)
-        for qn in conflicts:
-            self.devices.pop(qn, None)
+        for qn, prio in conflicts.items():  # a higher-priority definition still wins
+            if self.devices[qn][0].priority == prio:
+                del self.devices[qn]
 
     def device_names(self) -> list[str]:
         return sorted(self.devices)

@@ -85,7 +85,7 @@ def _yaml_loader():
     `name: 0` is the device "0" and `fileMode: 0644` is octal."""
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when available
         pass
 
     Loader.yaml_implicit_resolvers = {
@@ -376,7 +376,7 @@ def dump_spec(spec: dict, fmt: str = "yaml") -> str:
 def _yaml_dump(doc: dict) -> str:
     import yaml
 
-    class Dumper(yaml.SafeDumper):
+    class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
         def ignore_aliases(self, data) -> bool:  # shared sub-objects are written out in full
             return True
 

@@ -109,7 +109,11 @@ def _setup_debug(path: str | None) -> None:
     except OSError as e:
         raise CliFailure(f"input error: cannot open debug file {path}: {e.strerror or e}") from None
     handler.setFormatter(logging.Formatter(f"%(asctime)s {PROG}[{os.getpid()}] %(levelname)s %(name)s: %(message)s"))
+    handler.set_name("nvidia-container-cli-debug")
     logger = logging.getLogger("nct")
+    for old in [h for h in logger.handlers if h.get_name() == handler.get_name()]:
+        logger.removeHandler(old)
+        old.close()
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
 

@@ -163,6 +163,16 @@ def _run_forked(fn, *args, timeout: float) -> dict | None:
         code = 0
         try:
             os.close(r)
+            # Driver libraries may print; keep the caller's stderr clean (and no faulthandler
+            # dump from a crash in the library).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            try:
+                import faulthandler
+
+                faulthandler.disable()
+            except Exception:
+                pass
             data = json.dumps(fn(*args)).encode()
             view = memoryview(data)
             while view:

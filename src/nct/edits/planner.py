@@ -34,6 +34,8 @@ __all__ = [
 # /proc files bound into a live container (upstream: ro, nosuid, nodev, noexec).
 PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
+IMEX_DIR = "/dev/nvidia-caps-imex-channels"
+IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
 
 # Debian multiarch triplets: machine -> (native, 32-bit).
 _TRIPLETS = {
@@ -208,17 +210,25 @@ def mig_admin_edits(node: Node, selection: Selection, which: str, value: str,
 
 def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> ContainerEdits:
     """IMEX channel nodes (/dev/nvidia-caps-imex-channels/channelN); `all` = every one the
-    node has; a channel the node lacks is an error naming it."""
+    node has. A channel the node lacks is an error naming it, except for a live container
+    when the driver's IMEX major is known: then the node is planned from the major (as
+    libnvidia-container creates missing channel nodes with --load-kmods; creating the host
+    node is the caller's business)."""
     options = options or PlanOptions()
     b = _Builder(node, options)
     by_id = {_channel_id(d): d for d in node.imex_channels}
+    major = node.majors.get(IMEX_MAJOR_NAME)
     for ch in channels:
         if str(ch).lower() == "all":
             for dn in node.imex_channels:
                 b.device(dn)
             continue
         key = str(ch)[len("channel"):] if str(ch).startswith("channel") else str(ch)
-        dn = by_id.get(int(key)) if key.isdigit() else None
+        n = int(key) if key.isascii() and key.isdigit() else None
+        dn = by_id.get(n) if n is not None else None
+        if dn is None and n is not None and options.live and major is not None:
+            path = f"{IMEX_DIR}/channel{n}"
+            dn = DeviceNode(path=path, host_path=node.roots.host(path, node.roots.dev), major=major, minor=n)
         if dn is None:
             raise RequestError(f"unknown IMEX channel: {ch}")
         b.device(dn)

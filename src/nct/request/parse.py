@@ -8,16 +8,28 @@ pure: nothing is read but the spec dict and the Config. Warnings (ignored reques
 
 from __future__ import annotations
 
-import logging
 import posixpath
-import re
 
-from nct.config.model import Config
 from nct.driver.model import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from nct.errors import RequestError
 from nct.request.model import ContainerRequest, is_qualified_cdi_name
 
-log = logging.getLogger("nct.request")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from nct.config.model import Config
+
+
+
+class _LazyLog:
+    """The "nct.request" logger, imported on first use: logging costs the hook ~10 ms."""
+
+    def warning(self, msg: str, *args) -> None:
+        import logging
+
+        logging.getLogger("nct.request").warning(msg, *args)
+
+
+log = _LazyLog()
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -40,7 +52,7 @@ _FLAT_CAPS_VERSIONS = frozenset(f"1.0.0-rc{i}" for i in range(1, 6))
 # Go strconv.ParseBool spellings.
 _GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 # golang.org/x/mod/semver, "v" prefix already stripped: major[.minor[.patch[-pre][+build]]].
-_SEMVER = re.compile(
+_SEMVER = (
     r"^(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*)"
     r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?)?)?$"
 )
@@ -347,7 +359,9 @@ def _imex_id(value: str) -> str:
 
 def legacy_cuda_requirement(cuda_version: str) -> str:
     """CUDA_VERSION (semver, optional v) -> "cuda>=major.minor"."""
-    m = _SEMVER.match(cuda_version[1:] if cuda_version.startswith("v") else cuda_version)
+    import re
+
+    m = re.match(_SEMVER, cuda_version[1:] if cuda_version.startswith("v") else cuda_version)
     if not m or int(m.group(1)) >= 1 << 32 or int(m.group(2) or 0) >= 1 << 32:
         raise RequestError(f"invalid CUDA_VERSION: {cuda_version!r} (expected a version like 12.4.1)")
     return f"cuda>={m.group(1)}.{m.group(2) or 0}"

@@ -10,19 +10,20 @@ term is never looked at.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
 
 from nct.errors import RequirementError
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+
     from nct.driver.model import Gpu, Node
 
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=")
 CUDA_ADVICE = "please update your driver to a newer version, or use an earlier cuda container"
 _OP_CHARS = "<>=!"
-_VERSION = re.compile(r"^[0-9.]*$")
+_VERSION_CHARS = frozenset("0123456789.")
 
 
 class _Invalid(Exception):
@@ -55,7 +56,7 @@ def parse_condition(text: str) -> tuple[str, str, str]:
 
 
 def _version_key(v: str) -> tuple[int, ...]:
-    if not _VERSION.match(v):
+    if not _VERSION_CHARS.issuperset(v):
         raise _Invalid(v)
     parts = v.split(".")
     if not parts[0] and len(v) > 0:  # a leading dot: upstream's number parse fails
@@ -171,3 +172,18 @@ def check_requirements(node: "Node", selection, exprs: Iterable[str]) -> None:
         facts = facts_for(node, gpu)
         for expr in exprs:
             evaluate(expr, facts)
+
+
+def mentioned_names(exprs: "Iterable[str]") -> set[str]:
+    """The fact names (cuda, driver, arch, brand, lower case) the expressions mention, so a
+    caller can skip costly discovery (NVML) when no arch/brand condition needs it."""
+    names: set[str] = set()
+    for expr in exprs:
+        for term in expr.split(" "):
+            for cond in term.split(","):
+                if cond:
+                    try:
+                        names.add(parse_condition(cond)[0])
+                    except _Invalid:
+                        continue
+    return names

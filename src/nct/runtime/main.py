@@ -63,12 +63,31 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
             os.write(1, b"\n")
         log.close()
         try:
-            os.execve(runtime, [runtime] + args, env)
+            os.execve(runtime, [runtime] + args, original_environ() if environ is None else env)
         except OSError as e:
             raise _Failure(f"failed to run low-level runtime {runtime}: {e.strerror}") from None
     except Exception as e:  # every failure is one line, never a traceback
         return fail(e, log)
     return 1  # not reached
+
+
+def original_environ() -> dict:
+    """The environment exactly as we were started with it.
+
+    Python's C-locale coercion (PEP 538) adds LC_CTYPE=C.UTF-8 to os.environ at startup;
+    the low-level runtime must see the engine's environment unchanged, so it comes from
+    /proc/self/environ (the kernel's copy of the initial block)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return dict(os.environ)
+    out = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key:
+            out[key] = value
+    return out
 
 
 class _Failure(Exception):

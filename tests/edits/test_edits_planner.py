@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from dataclasses import replace as dc_replace
 
 import pytest
 
@@ -245,6 +246,14 @@ def test_imex_channels(node_factory):
     assert len(imex_edits(node, ["all"], LIVE).device_nodes) == 3
     with pytest.raises(RequestError, match="unknown IMEX channel: 5"):
         plan(node, req(["0"], imex_channels=("5",)))
+    # with the driver's IMEX major known, a live container gets the node planned from it
+    node = dc_replace(node, majors={**node.majors, "nvidia-caps-imex-channels": 235}, roots=dc_replace(
+        node.roots, dev="/run/nvidia/driver"))
+    dn = plan(node, req(["0"], imex_channels=("5",))).device_nodes[-1]
+    assert (dn.path, dn.host_path, dn.major, dn.minor) == (
+        "/dev/nvidia-caps-imex-channels/channel5", "/run/nvidia/driver/dev/nvidia-caps-imex-channels/channel5", 235, 5)
+    with pytest.raises(RequestError, match="unknown IMEX channel: 5"):  # a CDI spec needs the node
+        plan(node, req(["0"], imex_channels=("5",)), SPEC)
 
 
 # --- spec target -------------------------------------------------------------------------------
@@ -308,3 +317,26 @@ def test_container_lib_dirs():
 def test_plan_options_target_checked():
     with pytest.raises(ValueError):
         PlanOptions(target="cdi")
+
+
+def test_requirements_per_selected_gpu(node_factory):
+    from dataclasses import replace as dc_replace
+
+    from nct.request.requirements import check_requirements
+
+    node = node_factory(3, migs={2: 1})
+    gpus = (node.gpus[0], dc_replace(node.gpus[1], brand="GeForce", architecture="7.5"),
+            dc_replace(node.gpus[2], brand="GeForce", architecture=None))
+    node = dc_replace(node, gpus=gpus)
+    check_requirements(node, select_devices(node, ["0"]), ["brand=tesla", "arch>=8.0"])
+    with pytest.raises(RequirementError, match="^unsatisfied condition: brand=tesla$"):
+        check_requirements(node, select_devices(node, ["0", "1"]), ["brand=tesla"])
+    with pytest.raises(RequirementError, match="^unsatisfied condition: arch>=8.0$"):
+        check_requirements(node, select_devices(node, ["1"]), ["arch>=8.0"])
+    # a MIG device is checked through its parent (GeForce, arch unknown -> passes)
+    check_requirements(node, select_devices(node, ["2:0"]), ["arch>=9.0"])
+    with pytest.raises(RequirementError, match="brand=tesla"):
+        check_requirements(node, select_devices(node, ["2:0"]), ["brand=tesla"])
+    # every expression must hold (AND across variables)
+    with pytest.raises(RequirementError, match="driver>=999"):
+        check_requirements(node, select_devices(node, ["0"]), ["cuda>=12", "driver>=999"])

@@ -85,3 +85,11 @@ def test_validate_is_strict():
     validate("cuda>=12 brand=tesla,driver>=470")
     with pytest.raises(RequirementError, match="invalid expression"):
         validate("cuda>=12 this-is-not-parsed")
+
+
+def test_mentioned_names():
+    from nct.request.requirements import mentioned_names
+
+    assert mentioned_names(["cuda>=12 Brand=tesla,driver>=470", "ARCH>=8.0"]) == {"cuda", "brand", "driver", "arch"}
+    assert mentioned_names(["cuda>=12", "bogus"]) == {"cuda"}
+    assert mentioned_names([]) == set()

@@ -1,0 +1,83 @@
+"""Syscall audit: a hostile-image run of the prestart hook (apply_edits, real runc) traced with
+python-ptrace across every process it starts (worker after setns, ldconfig child after
+pivot_root). No open-for-write, creat, mkdir, mknod, symlink, rename, link, unlink, chmod, chown,
+truncate, mount or move_mount may touch a path outside the container root (cgroup files aside)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+
+import pytest
+
+from realparts import (HERE, HOOKHELPER, NV_MAJOR, needs_gcc, needs_root, needs_runc, run_container, snapshot,
+                       write_bundle, write_edits)
+
+pytestmark = [needs_root, needs_runc, needs_gcc,
+              pytest.mark.skipif(platform.machine() != "x86_64", reason="tracer decodes x86_64 syscalls")]
+TRACER = os.path.join(HERE, "audit_tracer.py")
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+
+def test_hostile_image_hook_touches_nothing_outside_the_root(tmp_path, rootfs, host_gpu, victim):
+    pytest.importorskip("ptrace")
+    before = snapshot(victim)
+    # hostile image: lib dir, /etc and a mount target all point at host paths
+    os.rmdir(os.path.join(rootfs, LIBDIR.lstrip("/")))
+    os.symlink(os.path.join(victim, "lib"), os.path.join(rootfs, LIBDIR.lstrip("/")))
+    shutil.rmtree(os.path.join(rootfs, "etc"))
+    os.symlink(os.path.join(victim, "etc"), os.path.join(rootfs, "etc"))
+    os.symlink(os.path.join(victim, "lib", "keep"), os.path.join(rootfs, "usr/bin/nvidia-smi"))
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho smi\n")
+    proc = tmp_path / "hostproc" / "driver" / "nvidia"
+    (proc / "gpus" / "00000000:01:00.0").mkdir(parents=True)
+    (proc / "params").write_text("ModifyDeviceFiles: 1\n")
+    edits = write_edits(str(tmp_path / "edits.json"), {
+        "device_nodes": [dict(path="/dev/nvidia1", host_path=host_gpu["nodes"]["nvidia1"], major=NV_MAJOR, minor=1)],
+        "mounts": [dict(host_path=host_gpu["lib"], container_path=f"{LIBDIR}/libnvfake.so.550.54.15"),
+                   dict(host_path=str(smi), container_path="/usr/bin/nvidia-smi")],
+        "symlinks": [dict(target="libnvfake.so.1", link=f"{LIBDIR}/libnvfake.so")],
+        "ldconfig_folders": [LIBDIR],
+        "proc_driver_gpus": ["00000000:01:00.0"],
+    }, {"proc_root": str(tmp_path / "hostproc")})
+    report = str(tmp_path / "report.json")
+    allowed = ":".join([rootfs, "/sys/fs/cgroup"])
+    hooks = {"prestart": [{"path": sys.executable,
+                           "args": [sys.executable, TRACER, report, allowed, "--", sys.executable, HOOKHELPER, edits],
+                           "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONDONTWRITEBYTECODE=1"]}]}
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "cat /dev/nvidia1 2>&1; cat /usr/bin/nvidia-smi; ls /proc/driver/nvidia/gpus"],
+                 hooks=hooks)
+    res = run_container(bundle, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "No such device or address" in res.stdout and "echo smi" in res.stdout
+    with open(report) as f:
+        doc = json.load(f)
+    assert doc["checked"] >= 10  # the mounts, mkdirs, writes were seen...
+    assert doc["violations"] == []  # ...and none of them left the container root
+    assert len(doc["pids"]) >= 2 and doc["jailed"]  # worker (after setns) and pivoted ldconfig child
+    assert snapshot(victim) == before
+
+
+def test_auditor_catches_writes_outside(tmp_path):
+    """Negative control: the same tracer flags every kind of escape it is meant to catch."""
+    pytest.importorskip("ptrace")
+    import subprocess
+
+    inside = tmp_path / "in"
+    inside.mkdir()
+    report = str(tmp_path / "r.json")
+    script = (f"cd {tmp_path}; mkdir in/ok-dir; touch in/ok out1; ln -s x {tmp_path}/out2; "
+              "(cd in && mv ../out1 ../out3 && echo hi > ../../out4-parent); chmod 600 out3; rm out3")
+    res = subprocess.run([sys.executable, TRACER, report, str(inside), "--", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    with open(report) as f:
+        got = {(v["syscall"], os.path.basename(v["path"])) for v in json.load(f)["violations"]}
+    assert {("openat", "out1"), ("symlinkat", "out2"), ("renameat2", "out1"), ("renameat2", "out3"),
+            ("openat", "out4-parent"), ("fchmodat", "out3"), ("unlinkat", "out3")} <= got, got
+    assert not any(name in ("ok", "ok-dir") for _, name in got)

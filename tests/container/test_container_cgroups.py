@@ -1,0 +1,134 @@
+"""Device cgroup rules on real cgroups: v1 devices.allow on a child of the devices hierarchy,
+v2 BPF device programs on a child cgroup of a cgroup2 mount. The process that opens the nodes
+is moved into the child cgroup; ENXIO (allowed, no driver) vs EPERM (denied)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+
+from nct.container import cgroups as cg
+from nct.container import syscalls as sc
+from realparts import NV_MAJOR, needs_root
+
+pytestmark = needs_root
+
+OPENER = """
+import os, sys
+for p in sys.argv[1:]:
+    try:
+        os.close(os.open(p, os.O_RDWR)); print("ok")
+    except OSError as e:
+        print(os.strerror(e.errno))
+"""
+
+
+def open_in(procs_file: str, paths: list[str]) -> list[str]:
+    def enter():
+        with open(procs_file, "w") as f:
+            f.write(str(os.getpid()))
+    res = subprocess.run([sys.executable, "-c", OPENER, *paths], preexec_fn=enter, capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    out = []
+    for minor in (0, 1):
+        p = str(tmp_path / f"nvidia{minor}")
+        os.mknod(p, 0o666 | 0o020000, os.makedev(NV_MAJOR, minor))
+        out.append(p)
+    return out
+
+
+def _v1_devices_root() -> str | None:
+    for root, point, fstype, opts in cg._mounts("/proc/self/mountinfo"):
+        if fstype == "cgroup" and "devices" in opts.split(",") and root == "/":
+            return point
+    return None
+
+
+def test_v1_devices_allow(nodes):
+    base = _v1_devices_root()
+    if base is None:
+        pytest.skip("no cgroup v1 devices hierarchy on this host")
+    d = os.path.join(base, "nct-test-" + uuid.uuid4().hex[:8])
+    os.mkdir(d)
+    try:
+        with open(os.path.join(d, "devices.deny"), "w") as f:
+            f.write("a")
+        cg.allow_v1(d, [cg.DeviceRule("c", 1, 3, "rw"), cg.DeviceRule("c", NV_MAJOR, 1, "rw")])
+        assert open_in(os.path.join(d, "cgroup.procs"), ["/dev/null", *nodes]) == [
+            "ok", "Operation not permitted", "No such device or address"]
+        assert f"c {NV_MAJOR}:1 rw" in open(os.path.join(d, "devices.list")).read()
+    finally:
+        os.rmdir(d)
+
+
+@pytest.fixture
+def cgroup2_dir():
+    """A child of a cgroup2 mount: the host's, or a fresh one in a temp dir (unmounted after)."""
+    mounted = None
+    base = next((p for r, p, t, _ in cg._mounts("/proc/self/mountinfo") if t == "cgroup2" and r == "/"), None)
+    if base is None:
+        mounted = tempfile.mkdtemp(prefix="nct-cg2-")
+        try:
+            sc.mount("cgroup2", mounted, "cgroup2", 0)
+        except Exception as e:  # noqa: BLE001
+            os.rmdir(mounted)
+            pytest.skip(f"cannot mount cgroup2: {e}")
+        base = mounted
+    d = os.path.join(base, "nct-test-" + uuid.uuid4().hex[:8])
+    os.mkdir(d)
+    try:
+        yield d
+    finally:
+        os.rmdir(d)
+        if mounted:
+            sc.umount2(mounted, sc.MNT_DETACH)
+            os.rmdir(mounted)
+
+
+def test_v2_bpf_program_keeps_existing_rules(cgroup2_dir, nodes):
+    # What runc does: one program allowing /dev/null (c 1:3), denying everything else.
+    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    procs = os.path.join(cgroup2_dir, "cgroup.procs")
+    assert open_in(procs, ["/dev/null", *nodes]) == ["ok", "Operation not permitted", "Operation not permitted"]
+    _, before = cg.attached_programs(cgroup2_dir)
+    assert cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1, "rw")]) == 1
+    flags, after = cg.attached_programs(cgroup2_dir)
+    assert len(after) == 1 and after != before and flags & sc.BPF_F_ALLOW_MULTI
+    # ours allowed, the old allow kept, the old deny kept
+    assert open_in(procs, ["/dev/null", *nodes]) == ["ok", "Operation not permitted", "No such device or address"]
+    # a second update stacks on top of the first
+    cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 0, "rw")])
+    assert open_in(procs, ["/dev/null", *nodes]) == ["ok", "No such device or address", "No such device or address"]
+
+
+def test_v2_access_bits_are_enforced(cgroup2_dir, nodes):
+    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1, "r")])
+    res = subprocess.run([sys.executable, "-c", "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\n"
+                          "except OSError as e: print(os.strerror(e.errno))\n"
+                          "try: os.open(sys.argv[1], os.O_WRONLY)\nexcept OSError as e: print(os.strerror(e.errno))",
+                          nodes[1]], preexec_fn=lambda: open(os.path.join(cgroup2_dir, "cgroup.procs"), "w").write(
+                              str(os.getpid())), capture_output=True, text=True)
+    assert res.stdout.splitlines() == ["No such device or address", "Operation not permitted"]
+
+
+def test_v2_no_program_means_nothing_to_do(cgroup2_dir):
+    assert cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1)]) == 0
+
+
+def test_find_device_cgroups_of_a_process():
+    v1, v2 = cg.find_device_cgroups(os.getpid())
+    assert v1 is None or os.path.isdir(v1)
+    assert v2 is None or os.path.isdir(v2)
+    assert v1 or v2

@@ -1,0 +1,21 @@
+"""Plans survive a trip through JSON unchanged (what --dry-run prints is the real plan)."""
+
+from __future__ import annotations
+
+import json
+
+from nct.edits.dump import edits_from_dict, edits_to_json
+from nct.edits.planner import PlanOptions, plan
+from nct.request.model import ContainerRequest
+
+
+def test_round_trip(node_factory):
+    node = node_factory(2, migs={1: 1}, imex=1)
+    for target in ("live", "spec"):
+        req = ContainerRequest(devices=("all",), capabilities=frozenset({"compute", "graphics", "display"}),
+                               imex_channels=("0",))
+        edits = plan(node, req, PlanOptions(target=target))
+        text = edits_to_json(edits)
+        data = json.loads(text)
+        assert data["mounts"][0]["options"] and "host_path" in data["device_nodes"][0]
+        assert edits_from_dict(data) == edits

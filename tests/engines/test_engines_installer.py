@@ -1,0 +1,127 @@
+"""`nct install`: a self-contained toolkit dir, its config.toml, the engine configured and
+reloaded, and everything undone on SIGTERM (daemon.json back to its original bytes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from .conftest import needs_docker, wait_for
+
+BIN = Path(sys.executable).parent
+ORIGINAL = '{\n    "features": {\n        "buildkit": true\n    },\n    "log-level": "warn"\n}\n'
+
+
+def nct(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "nct"), *args], capture_output=True, text=True, **kw)
+
+
+def test_no_daemon_install_is_self_contained_and_uninstalls(tmp_path):
+    root = tmp_path / "toolkit"
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text(ORIGINAL)
+    r = nct("install", "--toolkit-root", str(root), "--runtime", "docker", "--config", str(cfg),
+            "--driver-root", "/run/nvidia/driver", "--set-as-default", "--no-daemon", "--restart-mode", "none",
+            "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+    assert r.returncode == 0, r.stderr
+    daemon = json.loads(cfg.read_text())
+    assert daemon["runtimes"]["nvidia"]["path"] == str(root / "nvidia-container-runtime")
+    assert daemon["runtimes"]["nvidia-cdi"]["path"] == str(root / "nvidia-container-runtime.cdi")
+    assert daemon["runtimes"]["nvidia-legacy"]["path"] == str(root / "nvidia-container-runtime.legacy")
+    assert daemon["default-runtime"] == "nvidia" and daemon["features"] == {"buildkit": True}
+    config = tomllib.loads((root / ".config/nvidia-container-runtime/config.toml").read_text())
+    assert config["nvidia-container-cli"]["root"] == "/run/nvidia/driver"
+    assert config["nvidia-container-cli"]["path"] == str(root / "nvidia-container-cli")
+    assert config["nvidia-container-runtime-hook"]["path"] == str(root / "nvidia-container-runtime-hook")
+    assert config["nvidia-ctk"]["path"] == str(root / "nvidia-ctk")
+    assert not (tmp_path / "toolkit.pid").exists()
+    # the installed commands run with an empty environment, from anywhere, without the venv
+    for cmd, args in (("nvidia-ctk", ["--version"]), ("nvidia-container-runtime", ["--version"]),
+                      ("nct", ["--help"])):
+        assert (root / cmd).read_text().splitlines()[0].startswith("#!/") and "venv" not in (root / cmd).read_text()
+        res = subprocess.run([str(root / cmd), *args], capture_output=True, text=True, env={}, cwd="/")
+        assert res.returncode == 0, res.stderr
+    res = subprocess.run([str(root / "nvidia-ctk"), "config"], capture_output=True, text=True, env={}, cwd="/")
+    assert f'path = "{root}/nvidia-ctk"' in res.stdout  # found its own config.toml
+    imported = subprocess.run([str(root / "nct"), "--version"], capture_output=True, text=True, env={})
+    assert imported.returncode == 0
+    r = nct("install", "--toolkit-root", str(root), "--uninstall")
+    assert r.returncode == 0, r.stderr
+    assert cfg.read_text() == ORIGINAL
+    assert not root.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.json"]
+
+
+def test_failed_install_rolls_back(tmp_path):
+    root = tmp_path / "toolkit"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("version = 2\n[plugins\n")
+    r = nct("install", "--toolkit-root", str(root), "--runtime", "containerd", "--config", str(cfg),
+            "--drop-in-config", str(tmp_path / "conf.d/99-nvidia.toml"), "--no-daemon", "--restart-mode", "none",
+            "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(f"nct: {cfg}: invalid TOML")
+    assert not root.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
+def test_relative_root_rejected(tmp_path):
+    r = nct("install", "--toolkit-root", "rel/dir", "--no-daemon", "--config", str(tmp_path / "d.json"))
+    assert r.returncode == 1 and "must be an absolute path" in r.stderr
+
+
+class Installer:
+    def __init__(self, args: list[str], tmp: Path):
+        self.log = open(tmp / "install.log", "w+")
+        self.proc = subprocess.Popen([str(BIN / "nct"), "install", *args], stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=120)
+        finally:
+            self.log.close()
+
+
+@needs_docker
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factory, busybox_image, sig):
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text(ORIGINAL)
+    d = dockerd_factory(cfg)
+    image = busybox_image(d)
+    assert "nvidia" not in d.runtimes()
+    root = tmp_path / "toolkit"
+    pidfile = tmp_path / "toolkit.pid"
+    inst = Installer(["--toolkit-root", str(root), "--runtime", "docker", "--config", str(cfg),
+                      "--pid-file", str(d.pidfile), "--toolkit-pid-file", str(pidfile)], tmp_path)
+    try:
+        wait_for(lambda: "ready" in inst.output() or inst.proc.poll() is not None, "the installer")
+        assert inst.proc.poll() is None, inst.output()
+        assert pidfile.read_text().strip() == str(inst.proc.pid)
+        assert "sent SIGHUP to docker" in inst.output()
+        wait_for(lambda: "nvidia" in d.runtimes(), "dockerd to reload its runtimes")
+        assert d.runtimes()["nvidia"]["path"] == str(root / "nvidia-container-runtime")
+        r = d.docker("run", "--rm", "--network=none", "--runtime=nvidia", image, "/bin/echo", "installed-runtime")
+        assert r.stdout == "installed-runtime\n"
+    finally:
+        rc = inst.stop(sig)
+    assert rc == 0, inst.output()
+    assert cfg.read_text() == ORIGINAL
+    assert not root.exists() and not pidfile.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.json", "img", "install.log"]
+    # dockerd was told again (it keeps runtimes it has loaded until restarted, when a reloaded
+    # file has no "runtimes" key at all: documented in docs/engines.md)
+    assert inst.output().count("sent SIGHUP to docker") == 2
+    assert "restored docker configuration" in inst.output()

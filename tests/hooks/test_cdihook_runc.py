@@ -1,0 +1,51 @@
+"""nvidia-cdi-hook as createContainer hooks of a real runc container (what a CDI spec
+injects): the hooks run in the container's mount namespace before pivot_root."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from realparts import NV_MAJOR, needs_gcc, needs_root, needs_runc, run_container, write_bundle
+
+HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+pytestmark = [needs_root, needs_runc, needs_gcc]
+
+
+def _hook(*args: str) -> dict:
+    return {"path": HOOK, "args": ["nvidia-cdi-hook", *args], "env": ["NVIDIA_CTK_DEBUG=false"]}
+
+
+def test_cdi_style_container(rootfs, host_gpu):
+    bundle = os.path.dirname(rootfs)
+    hooks = {"createContainer": [
+        _hook("create-symlinks", "--link", f"libnvfake.so.1::{LIBDIR}/libnvfake.so"),
+        _hook("update-ldcache", "--folder", LIBDIR),
+        _hook("update-application-profile"),
+        _hook("future-hook", "--whatever"),  # unknown: warning, exit 0, container still starts
+    ]}
+    mounts = [{"source": host_gpu["lib"], "destination": f"{LIBDIR}/libnvfake.so.550.54.15",
+               "type": "bind", "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]}]
+    write_bundle(bundle, ["sh", "-c", f"ls -l {LIBDIR}; cat /dev/nvidia1 2>&1; "
+                          "cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"],
+                 hooks=hooks, extra_mounts=mounts, env=["PATH=/bin", "LD_PRELOAD=/evil.so"])
+    with open(os.path.join(bundle, "config.json")) as f:
+        spec = json.load(f)
+    spec["linux"]["devices"] = [{"path": "/dev/nvidia1", "type": "c", "major": NV_MAJOR, "minor": 1,
+                                 "fileMode": 0o666, "uid": 0, "gid": 0}]
+    spec["linux"]["resources"]["devices"].append({"allow": True, "type": "c", "major": NV_MAJOR, "minor": 1,
+                                                  "access": "rw"})
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(spec, f)
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    assert "libnvfake.so -> libnvfake.so.1" in res.stdout
+    assert "libnvfake.so.1 -> libnvfake.so.550.54.15" in res.stdout
+    assert "No such device or address" in res.stdout
+    assert '"EGLVisibleDGPUDevices", 0x2 ]' in res.stdout
+    cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                           capture_output=True, text=True).stdout
+    assert f"libnvfake.so.1 (libc6,x86-64) => {LIBDIR}/libnvfake.so.1" in cache

@@ -1,0 +1,281 @@
+"""The installed shim end to end with a fake low-level runtime: pass-through identity,
+--version, errors (one line, exit 1, runtime not started, config.json untouched),
+logging, and `create` in each mode."""
+
+import json
+import os
+
+import pytest
+
+from nct.oci.validate import oci_schema_errors
+
+from .conftest import oci_spec
+
+
+@pytest.mark.parametrize("args", [
+    ["state", "ctr-1"],
+    ["--root", "/run/runc", "--log", "/dev/null", "--log-format", "json", "kill", "ctr-1", "9"],
+    ["delete", "--force", "ctr"],
+    ["exec", "ctr", "sh", "-c", "echo 'a b' \"c\"", "", "ünïcode"],
+    ["run", "--bundle", "create", "x"],
+    [],
+])
+def test_pass_through_identical_argv_and_env(shim, fake_runtime, args):
+    env = shim.env(SOME_VAR="with spaces = and ;", LD_PRELOAD="")
+    r = shim.run(args, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "fake runtime ran\n" and r.stderr == ""
+    (call,) = fake_runtime.calls()
+    assert call["argv"] == [str(fake_runtime.path), *args]
+    assert call["env"] == env
+
+
+def test_pass_through_never_reads_a_bundle(shim, fake_runtime, make_bundle):
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=all"]))
+    (b / "config.json").write_text("not json")  # would fail a create
+    r = shim.run(["start", "--bundle", str(b), "id"], cwd=str(b))
+    assert r.returncode == 0, r.stderr
+    assert (b / "config.json").read_text() == "not json"
+
+
+def test_version(shim, fake_runtime):
+    r = shim.run(["--version"])
+    assert r.returncode == 0
+    assert r.stdout.startswith("NVIDIA Container Runtime version 1.20.0 (nct ")
+    assert r.stdout.split("\n")[1].startswith("spec: ")
+    assert r.stdout.endswith("\n\nfake runtime ran\n")
+    assert fake_runtime.calls()[0]["argv"][1:] == ["--version"]
+
+
+def test_version_opens_no_log_files(shim, fake_runtime, tmp_path):
+    shim.write_config(f'[nvidia-container-runtime]\ndebug = "{tmp_path}/d/debug.log"\n')
+    r = shim.run(["--log", str(tmp_path / "engine.log"), "-version"])
+    assert r.returncode == 0
+    assert not (tmp_path / "d").exists() and not (tmp_path / "engine.log").exists()
+
+
+def _assert_failed(r, fake_runtime, *needles):
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nvidia-container-runtime: "), r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert "Traceback" not in r.stderr
+    assert fake_runtime.calls() == []
+
+
+@pytest.mark.parametrize("runtimes, needle", [
+    (["/nonexistent/runc", "no-such-runtime-xyz"], "no low-level runtime found"),
+    ([], "at least one runtime candidate"),
+])
+def test_missing_runtime(shim, fake_runtime, runtimes, needle):
+    shim.write_config(runtimes=runtimes)
+    _assert_failed(shim.run(["state", "x"]), fake_runtime, needle)
+
+
+def test_bad_config_toml(shim, fake_runtime):
+    shim.config.write_text("[nvidia-container-runtime\n")
+    _assert_failed(shim.run(["state", "x"]), fake_runtime, "config.toml", "invalid TOML")
+
+
+def test_bundle_flag_without_value(shim, fake_runtime):
+    _assert_failed(shim.run(["create", "id", "--bundle"]), fake_runtime, "bundle option requires an argument")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "invalid JSON"),
+    (json.dumps({"ociVersion": "1.0.2", "bogus": 1}), "unknown field 'bogus'"),
+    (None, "not found"),
+])
+def test_bad_spec_fails_before_runtime(shim, fake_runtime, tmp_path, content, needle):
+    b = tmp_path / "b"
+    b.mkdir()
+    if content is not None:
+        (b / "config.json").write_text(content)
+    _assert_failed(shim.run(["create", "--bundle", str(b), "id"]), fake_runtime, needle, "config.json")
+    if content is not None:
+        assert (b / "config.json").read_text() == content
+
+
+def test_no_gpu_request_leaves_spec_untouched(shim, fake_runtime, make_bundle):
+    b = make_bundle(oci_spec())
+    before = (os.stat(b / "config.json").st_mtime_ns, (b / "config.json").read_bytes())
+    r = shim.run(["create", "--bundle", str(b), "id"])
+    assert r.returncode == 0, r.stderr
+    assert (os.stat(b / "config.json").st_mtime_ns, (b / "config.json").read_bytes()) == before
+    assert fake_runtime.calls()[0]["argv"][1:] == ["create", "--bundle", str(b), "id"]
+
+
+def test_logging_to_debug_file_and_engine_log(shim, fake_runtime, make_bundle, tmp_path):
+    shim.write_config(f'[nvidia-container-runtime]\ndebug = "{tmp_path}/logs/debug.log"\nmode = "legacy"\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=all"]))
+    engine = tmp_path / "runc-log.json"
+    r = shim.run(["--log", str(engine), "--log-format", "json", "create", "--bundle", str(b), "id"])
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(x) for x in engine.read_text().splitlines()]
+    assert {"level", "msg", "time"} == set(records[0])
+    assert any("legacy" in x["msg"] for x in records)
+    assert all(x["level"] != "debug" for x in records)
+    # one formatter for both outputs, as upstream: the debug file is JSON too here
+    debug = [json.loads(x) for x in (tmp_path / "logs/debug.log").read_text().splitlines()]
+    assert debug == records
+    r = shim.run(["create", "--bundle", str(b), "id"])
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "logs/debug.log").read_text().splitlines()[len(records):]
+    assert any(line.startswith('time="') and 'level=info msg="Using legacy mode' in line for line in text)
+
+
+def test_errors_are_logged_too(shim, fake_runtime, tmp_path):
+    shim.write_config(runtimes=["/nonexistent"])
+    log = tmp_path / "e.json"
+    r = shim.run(["--log", str(log), "--log-format", "json", "state", "x"])
+    assert r.returncode == 1
+    (rec,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert rec["level"] == "error" and "no low-level runtime" in rec["msg"]
+
+
+def test_debug_flag_logs_pass_through(shim, fake_runtime, tmp_path):
+    log = tmp_path / "e.log"
+    assert shim.run(["--debug", "--log", str(log), "state", "x"]).returncode == 0
+    assert f"Using low-level runtime {fake_runtime.path}" in log.read_text()
+
+
+# --- create in each mode ------------------------------------------------------------------
+
+def _spec(b):
+    return json.loads((b / "config.json").read_text())
+
+
+@pytest.mark.parametrize("name, config", [
+    ("nvidia-container-runtime", '[nvidia-container-runtime]\nmode = "legacy"\n'),
+    ("nvidia-container-runtime.legacy", '[nvidia-container-runtime]\nmode = "cdi"\n'),
+])
+def test_legacy_mode_adds_prestart_hook(shim, fake_runtime, make_bundle, tmp_path, name, config):
+    hookdir = tmp_path / "hookbin"
+    hookdir.mkdir()
+    hook = hookdir / "nvidia-container-runtime-hook"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    shim.write_config(config)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=0"],
+                             hooks={"prestart": [{"path": "/bin/true"}]}, futureish=None))
+    spec = _spec(b)
+    del spec["futureish"]
+    (b / "config.json").write_text(json.dumps(spec))
+    env = shim.env()
+    env["PATH"] = f"{hookdir}:{env['PATH']}"
+    r = shim.run(["create", "-b", str(b), "id"], name=name, env=env)
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert out["hooks"]["prestart"] == [
+        {"path": "/bin/true"}, {"path": str(hook), "args": ["nvidia-container-runtime-hook", "prestart"]}]
+    assert oci_schema_errors(out) == []
+    assert len(fake_runtime.calls()) == 1
+
+
+def _write_cdi_spec(d, kind="vendor.example/net", devices=("a", "b")):
+    d.mkdir(parents=True, exist_ok=True)
+    spec = {"cdiVersion": "0.5.0", "kind": kind,
+            "devices": [{"name": n, "containerEdits": {"env": [f"DEV_{n.upper()}=1"]}} for n in devices],
+            "containerEdits": {"env": ["COMMON=1"],
+                               "mounts": [{"hostPath": "/etc/hostname", "containerPath": "/etc/cdi-test",
+                                           "options": ["ro", "bind"]}]}}
+    (d / "test.json").write_text(json.dumps(spec))
+
+
+def test_cdi_mode_injects_from_spec_dirs(shim, fake_runtime, make_bundle, tmp_path):
+    _write_cdi_spec(tmp_path / "cdi")
+    shim.write_config(f'[nvidia-container-runtime]\nmode = "cdi"\n'
+                      f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{tmp_path}/cdi"]\n'
+                      f'default-kind = "vendor.example/net"\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=b"],
+                             hooks={"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}))
+    r = shim.run(["create", "--bundle", str(b), "id"])
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert "DEV_B=1" in out["process"]["env"] and "COMMON=1" in out["process"]["env"]
+    assert "DEV_A=1" not in out["process"]["env"]
+    assert any(m["destination"] == "/etc/cdi-test" for m in out["mounts"])
+    assert "prestart" not in out.get("hooks", {})  # the legacy hook was removed
+    assert oci_schema_errors(out) == []
+
+
+def test_auto_mode_annotations_select_cdi(shim, fake_runtime, make_bundle, tmp_path):
+    _write_cdi_spec(tmp_path / "cdi")
+    shim.write_config(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{tmp_path}/cdi"]\n')
+    b = make_bundle(oci_spec(annotations={"cdi.k8s.io/net": "vendor.example/net=a"}))
+    r = shim.run(["create", "--bundle", str(b), "id"], name="nvidia-container-runtime")
+    assert r.returncode == 0, r.stderr
+    assert "DEV_A=1" in _spec(b)["process"]["env"]
+
+
+def test_unresolvable_cdi_device(shim, fake_runtime, make_bundle, tmp_path):
+    _write_cdi_spec(tmp_path / "cdi")
+    shim.write_config(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{tmp_path}/cdi"]\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=vendor.example/net=zzz"]))
+    before = (b / "config.json").read_bytes()
+    _assert_failed(shim.run(["create", "--bundle", str(b), "id"], name="nvidia-container-runtime.cdi"),
+                   fake_runtime, "vendor.example/net=zzz")
+    assert (b / "config.json").read_bytes() == before
+
+
+def _sim_env(shim, sim_node):
+    return shim.env(NCT_PROC_ROOT=str(sim_node / "root" / "proc"))
+
+
+def _sim_config(shim, sim_node, extra=""):
+    shim.write_config(f'[nvidia-container-cli]\nroot = "{sim_node}/root"\n{extra}')
+
+
+def test_jit_cdi_on_simulated_node(shim, fake_runtime, make_bundle, sim_node):
+    _sim_config(shim, sim_node)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=1,3"],
+                             hooks={"prestart": [{"path": "/usr/bin/nvidia-container-toolkit"}]}))
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, sim_node))
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert oci_schema_errors(out) == []
+    nodes = sorted(d["path"] for d in out["linux"]["devices"])
+    assert "/dev/nvidia1" in nodes and "/dev/nvidia3" in nodes and "/dev/nvidiactl" in nodes
+    assert "/dev/nvidia0" not in nodes and "/dev/nvidia2" not in nodes
+    env = out["process"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in env and "NVIDIA_VISIBLE_DEVICES=1,3" not in env
+    mounts = {m["destination"]: m["source"] for m in out["mounts"]}
+    libcuda = [d for d in mounts if "/libcuda.so." in d and "x86_64" in d]
+    assert libcuda and mounts[libcuda[0]].startswith(str(sim_node / "root"))
+    hooks = out["hooks"]
+    assert "prestart" not in hooks
+    names = [h["args"][2] for h in hooks["createContainer"]]
+    assert "create-symlinks" in names and "update-ldcache" in names
+    assert all(h["path"].endswith("/nvidia-ctk") and h["env"] == ["NVIDIA_CTK_DEBUG=false"]
+               for h in hooks["createContainer"])
+    allow = [(d["major"], d["minor"]) for d in out["linux"]["resources"]["devices"] if d.get("allow")]
+    assert (195, 1) in allow and (195, 0) not in allow
+
+
+def test_jit_cdi_unknown_device(shim, fake_runtime, make_bundle, sim_node):
+    _sim_config(shim, sim_node)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=7"]))
+    _assert_failed(shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, sim_node)),
+                   fake_runtime, "unknown device", "7")
+
+
+def test_jit_cdi_without_driver(shim, fake_runtime, make_bundle, tmp_path):
+    empty = tmp_path / "nodriver"
+    (empty / "proc").mkdir(parents=True)
+    shim.write_config(f'[nvidia-container-cli]\nroot = "{empty}"\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=all"]))
+    before = (b / "config.json").read_bytes()
+    r = shim.run(["create", "--bundle", str(b), "id"], env=shim.env(NCT_PROC_ROOT=str(empty / "proc")))
+    _assert_failed(r, fake_runtime)
+    assert (b / "config.json").read_bytes() == before
+
+
+def test_cdi_mode_runtime_nvidia_com_names_are_jit(shim, fake_runtime, make_bundle, sim_node):
+    _sim_config(shim, sim_node)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=runtime.nvidia.com/gpu=2"]))
+    r = shim.run(["create", "--bundle", str(b), "id"], name="nvidia-container-runtime.cdi",
+                 env=_sim_env(shim, sim_node))
+    assert r.returncode == 0, r.stderr
+    nodes = {d["path"] for d in _spec(b)["linux"]["devices"]}
+    assert "/dev/nvidia2" in nodes and "/dev/nvidia1" not in nodes
