@@ -104,3 +104,79 @@ def test_hook_failure_stops_container(tmp_path, rootfs, host_gpu):
     assert res.returncode != 0
     assert "missing.so" in res.stderr
     assert not os.path.exists(marker)
+
+
+def _wait_stopped(cid: str) -> None:
+    import json as _json
+    for _ in range(600):
+        st = subprocess.run(["runc", "state", cid], capture_output=True, text=True)
+        if st.returncode != 0 or _json.loads(st.stdout)["status"] == "stopped":
+            return
+        subprocess.run(["sleep", "0.05"])
+    raise AssertionError(f"container {cid} did not stop")
+
+
+@needs_gcc
+def test_runc_create_apply_start(tmp_path, rootfs, host_gpu):
+    """nvidia-container-cli configure --pid style: the runtime has already pivoted into the
+    rootfs (no hook); apply_edits enters the namespace and finds the root at its "/"."""
+    import json as _json
+    import uuid
+
+    from nct.container.apply import ApplyOptions, apply_edits
+    from hookhelper import load
+
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", PROBE + f"; ls /usr/lib/x86_64-linux-gnu"])
+    edits_file = write_edits(str(tmp_path / "edits.json"), gpu_edits(host_gpu))
+    edits, _ = load(edits_file)
+    cid = "nct-test-" + uuid.uuid4().hex[:10]
+    out = tmp_path / "out.txt"
+    try:
+        with open(out, "w") as f:
+            subprocess.run(["runc", "create", "--bundle", bundle, cid], stdout=f, stderr=f,
+                           stdin=subprocess.DEVNULL, check=True, timeout=60)
+        pid = _json.loads(subprocess.run(["runc", "state", cid], capture_output=True, text=True,
+                                         check=True).stdout)["pid"]
+        apply_edits(edits, rootfs, pid, ApplyOptions())
+        subprocess.run(["runc", "start", cid], check=True, timeout=60)
+        _wait_stopped(cid)
+    finally:
+        subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+    text = out.read_text()
+    assert "can't open '/dev/nvidia1': No such device or address" in text
+    assert "absent /dev/nvidia0" in text
+    assert "libnvfake.so.1" in text
+    assert "libnvfake.so.1 (libc6,x86-64)" in ld_cache_entries(rootfs)
+
+
+@needs_gcc
+def test_cuda_compat_and_mig_caps_under_proc_view(tmp_path, rootfs, host_gpu):
+    """Compat libcuda newer than the host -> 00-compat conf + ld cache entry; a MIG access file
+    mounted under /proc/driver/nvidia stays visible on top of the tmpfs view."""
+    from realparts import build_lib
+
+    compat = os.path.join(rootfs, "usr/local/cuda/compat")
+    build_lib(compat, "libcuda.so.560.35.03", "libcuda.so.1")
+    proc = tmp_path / "hostproc" / "driver" / "nvidia"
+    (proc / "gpus" / "00000000:01:00.0").mkdir(parents=True)
+    (proc / "params").write_text("ModifyDeviceFiles: 1\n")
+    cap = proc / "capabilities" / "gpu1" / "mig" / "gi1" / "access"
+    cap.parent.mkdir(parents=True)
+    cap.write_text("DeviceFileMinor: 12\n")
+    edits = dict(gpu_edits(host_gpu), proc_driver_gpus=["00000000:01:00.0"],
+                 cuda_compat_dir="/usr/local/cuda/compat")
+    edits["mounts"].append(dict(host_path=str(cap),
+                                container_path="/proc/driver/nvidia/capabilities/gpu1/mig/gi1/access"))
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "cat /proc/driver/nvidia/capabilities/gpu1/mig/gi1/access; "
+                          "ls /proc/driver/nvidia; cat /etc/ld.so.conf.d/*"],
+                 hooks=helper_hook(write_edits(str(tmp_path / "e.json"), edits,
+                                               {"proc_root": str(tmp_path / "hostproc"),
+                                                "driver_version": "550.54.15"})))
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    assert "DeviceFileMinor: 12" in res.stdout
+    assert "/usr/local/cuda/compat" in res.stdout
+    cache = ld_cache_entries(rootfs)
+    assert "libcuda.so.1 (libc6,x86-64) => /usr/local/cuda/compat/libcuda.so.1" in cache

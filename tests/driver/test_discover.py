@@ -170,8 +170,11 @@ def fake_libs(tmp_path_factory):
         pytest.skip("needs gcc")
     d = tmp_path_factory.mktemp("fakecuda")
     (d / "cuda.c").write_text("int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n")
+    # answers 12.4 only when it sees /nct-inside-root, i.e. when it runs chrooted in the tree
+    (d / "rooted.c").write_text("#include <unistd.h>\nint cuDriverGetVersion(int *v) "
+                                "{ *v = access(\"/nct-inside-root\", F_OK) == 0 ? 12040 : 11000; return 0; }\n")
     (d / "crash.c").write_text("#include <stdlib.h>\n__attribute__((constructor)) static void boom(void) { abort(); }\n")
-    for n in ("cuda", "crash"):
+    for n in ("cuda", "crash", "rooted"):
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / f"lib{n}.so"), str(d / f"{n}.c")], check=True)
     return d
 
@@ -202,3 +205,15 @@ def test_drm_nodes_via_sysfs(make_tree):
     assert [d.path for d in node.gpus[1].drm] == ["/dev/dri/card2", "/dev/dri/renderD129"]
     shutil.rmtree(t.path("/sys"))
     assert discover_node(t.roots, use_nvml=False).gpus[0].drm == ()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
+def test_libraries_are_loaded_chrooted_in_the_driver_root(fake_libs, tmp_path):
+    root = tmp_path / "driver"
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    shutil.copy(fake_libs / "librooted.so", lib / "libcuda.so.550.54.15")
+    (root / "nct-inside-root").write_text("")
+    facts = nvml.query(None, str(lib / "libcuda.so.550.54.15"), root=str(root))
+    assert facts.cuda_version == "12.4"
+    assert nvml.query(None, str(lib / "libcuda.so.550.54.15")).cuda_version == "11.0"  # host view

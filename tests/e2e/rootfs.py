@@ -47,7 +47,8 @@ def make_rootfs(path: Path, *, debian: bool = True, probe: Path | None = None) -
               "lib/x86_64-linux-gnu", "lib64", "etc/ld.so.conf.d", "run", "var"):
         (path / d).mkdir(parents=True, exist_ok=True)
     shutil.copy2(BUSYBOX, path / "bin/busybox")
-    for applet in ("sh", "cat", "ls", "echo", "test", "readlink", "head", "grep", "env", "stat", "sleep", "true", "wc"):
+    for applet in ("sh", "cat", "ls", "echo", "test", "readlink", "head", "grep", "env", "stat", "sleep", "true", "wc",
+                   "mknod", "sed", "mkdir", "ln", "id", "mount", "cut", "tr", "sort", "touch", "rm"):
         os.symlink("busybox", path / "bin" / applet)
     for f in GLIBC_FILES:
         real = os.path.realpath(f)

@@ -78,7 +78,8 @@ def _alive(pid: int) -> bool:
 class Dockerd:
     """A dockerd of our own; `docker(...)` runs the CLI against it."""
 
-    def __init__(self, base: Path, daemon_json: Path):
+    def __init__(self, base: Path, daemon_json: Path, wrap: list[str] | None = None):
+        self.wrap = list(wrap or [])
         self.base = base
         self.daemon_json = daemon_json
         self.sock = base / "d.sock"
@@ -90,7 +91,7 @@ class Dockerd:
         env = {"PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                ["dockerd", "--data-root", str(self.base / "data"), "--exec-root", str(self.base / "exec"),
+                [*self.wrap, "dockerd", "--data-root", str(self.base / "data"), "--exec-root", str(self.base / "exec"),
                  "-H", f"unix://{self.sock}", "--pidfile", str(self.pidfile), "--bridge=none",
                  "--iptables=false", "--ip-forward=false", "--ip-masq=false",
                  "--exec-opt", "native.cgroupdriver=cgroupfs", "--config-file", str(self.daemon_json)],
@@ -152,10 +153,11 @@ def dockerd_factory():
     made: list[Dockerd] = []
     bases: list[Path] = []
 
-    def start(daemon_json: Path) -> Dockerd:
+    def start(daemon_json: Path, wrap: list[str] | None = None) -> Dockerd:
+        """`wrap`: a command prefix, e.g. `nct sim run DIR --` to run it on a simulated node."""
         base = Path(tempfile.mkdtemp(prefix="nct-dk-", dir="/tmp"))
         bases.append(base)
-        d = Dockerd(base, daemon_json)
+        d = Dockerd(base, daemon_json, wrap)
         made.append(d)
         return d.start()
 

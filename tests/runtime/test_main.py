@@ -279,3 +279,32 @@ def test_cdi_mode_runtime_nvidia_com_names_are_jit(shim, fake_runtime, make_bund
     assert r.returncode == 0, r.stderr
     nodes = {d["path"] for d in _spec(b)["linux"]["devices"]}
     assert "/dev/nvidia2" in nodes and "/dev/nvidia1" not in nodes
+
+
+def test_legacy_graphics_modifier_on_simulated_node(shim, fake_runtime, make_bundle, sim_node):
+    _sim_config(shim, sim_node, '[nvidia-container-runtime]\nmode = "legacy"\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,utility"]))
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, sim_node))
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert oci_schema_errors(out) == []
+    gpu1 = json.loads((sim_node / "node.json").read_text())["gpus"][1]
+    nodes = {d["path"] for d in out["linux"]["devices"]}
+    assert all(p.startswith("/dev/dri/") for p in nodes) and nodes, nodes
+    assert f"/dev/dri/card{gpu1['card_minor']}" in nodes and len(nodes) == 2
+    links = out["hooks"]["createContainer"][0]["args"]
+    assert links[:3] == ["nvidia-ctk", "hook", "create-symlinks"]
+    assert any("/dev/dri/by-path/pci-" in a for a in links)
+    dests = {m["destination"] for m in out["mounts"]}
+    assert "/etc/vulkan/icd.d/nvidia_icd.json" in dests
+    assert not any(".so" in d for d in dests)  # the legacy hook brings the libraries
+    assert out["hooks"]["prestart"][0]["args"] == ["nvidia-container-runtime-hook", "prestart"]
+
+
+def test_legacy_without_graphics_caps_touches_no_devices(shim, fake_runtime, make_bundle, sim_node):
+    _sim_config(shim, sim_node, '[nvidia-container-runtime]\nmode = "legacy"\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=1"]))
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, sim_node))
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert "devices" not in out["linux"] and set(out["hooks"]) == {"prestart"}

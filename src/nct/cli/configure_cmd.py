@@ -4,8 +4,6 @@ touches nothing."""
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from nct.errors import NctError
@@ -78,8 +76,10 @@ def configure(ctx: click.Context, pid, devices, requires, ldconfig, compute, uti
     if cuda_compat_mode is not None and cuda_compat_mode not in COMPAT_MODES:
         raise _fail(f"input error: invalid --cuda-compat-mode {cuda_compat_mode!r} "
                     f"(expected one of {', '.join(COMPAT_MODES)})")
-    if not rootfs or not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/":
-        raise _fail(f"input error: invalid rootfs directory: {rootfs!r} (must be an absolute path other than /)")
+    try:
+        rootfs = core.check_rootfs(rootfs)
+    except NctError as e:
+        raise _fail(f"input error: {e}") from None
     if pid is not None and pid <= 0:
         raise _fail(f"input error: invalid pid: {pid}")
     request = request_from_flags(
@@ -93,7 +93,7 @@ def configure(ctx: click.Context, pid, devices, requires, ldconfig, compute, uti
         no_fabricmanager=no_fabricmanager, no_gsp_firmware=no_gsp_firmware,
     )
     try:
-        prepared = core.prepare(request, os.path.normpath(rootfs), settings)
+        prepared = core.prepare(request, rootfs, settings)
     except NctError as e:
         raise _fail(f"{_stage(e)} error: {e}") from None
     if dry_run:
@@ -102,7 +102,7 @@ def configure(ctx: click.Context, pid, devices, requires, ldconfig, compute, uti
         click.echo(edits_to_json(prepared.edits))
         return
     try:
-        core.configure(prepared, request, os.path.normpath(rootfs), pid, settings)
+        core.configure(prepared, request, rootfs, pid, settings)
     except NctError as e:
         raise _fail(f"mount error: {e}") from None
 

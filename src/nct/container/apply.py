@@ -8,8 +8,8 @@ Order of work, and why:
    container's view.
 3. Worker: setns into /proc/PID/ns/mnt (no pid: stay), re-open the rootfs and check it is the
    same directory the host sees, then attach each source onto a target resolved and created
-   inside the root (rootfs.Root), deepest-last; then device nodes, symlinks, the
-   /proc/driver/nvidia view, CUDA compat and an isolated ldconfig.
+   inside the root (rootfs.Root): the /proc/driver/nvidia view first, then mounts
+   shallowest-first, device nodes, symlinks, CUDA compat and an isolated ldconfig.
 Errors travel back over a pipe as one line and are raised as ContainerError.
 """
 
@@ -260,6 +260,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
 
     # -- container side --
     root = _enter(rootfs, pid, options.host_proc)
+    if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it
+        _proc_view(root, proc_files, gpu_dirs)
     for src in mounts:
         _attach(root, src)
     for d, src, mode in devices:
@@ -269,8 +271,6 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
             root.mknod(d.path, mode, d.major, d.minor)
     for s in edits.symlinks:
         root.symlink(s.target, s.link)
-    if edits.proc_driver_gpus is not None:
-        _proc_view(root, proc_files, gpu_dirs)
     if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
         compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version)
     if run_ld:

@@ -222,9 +222,11 @@ def allow_devices(pid: int, rules: list[DeviceRule], proc_root: str = "/proc") -
     if not rules:
         return
     v1_dir, v2_dir = find_device_cgroups(pid, proc_root)
-    if v1_dir is None and v2_dir is None:
-        raise ContainerError(f"no device cgroup found for pid {pid}")
     if v1_dir is not None:
+        # v1 devices controller present (v1 or hybrid host): it is what runtimes use. The
+        # hybrid unified tree is shared with the host; its programs are not ours to replace.
         allow_v1(v1_dir, rules)
-    if v2_dir is not None and os.path.isdir(v2_dir):
+    elif v2_dir is not None and os.path.isdir(v2_dir):
         allow_v2(v2_dir, rules)
+    else:
+        raise ContainerError(f"no device cgroup found for pid {pid}")

@@ -9,7 +9,6 @@ import os
 import re
 import stat
 import struct
-import uuid
 
 from nct.container.rootfs import Root
 from nct.errors import ContainerError
@@ -131,6 +130,6 @@ def enable_compat(root: Root, compat_dir: str, host_driver: str | None, host_cud
     Returns the container path written, or None."""
     if not wants_compat(root, compat_dir, host_driver, host_cuda):
         return None
-    path = f"/etc/ld.so.conf.d/00-compat-{uuid.uuid4().hex[:12]}.conf"
+    path = f"/etc/ld.so.conf.d/00-compat-{os.urandom(16).hex()[:12]}.conf"
     root.write_file(path, (compat_dir.rstrip("/") + "\n").encode(), 0o644)
     return path

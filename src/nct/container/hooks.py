@@ -9,7 +9,6 @@ import json
 import os
 import re
 import stat
-import uuid
 
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root
@@ -97,7 +96,7 @@ def disable_device_node_modification(root: Root, host_params: str = "/proc/drive
             try:  # bind the file straight out of the detached tmpfs (recent kernels)
                 src = sc.open_tree(mnt, "nvct-params", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC)
             except ContainerError:  # older kernels: the tmpfs must be mounted first (as upstream)
-                holder = root.mkdirs(f"/run/nvidia-ctk-hook-{uuid.uuid4().hex[:12]}")
+                holder = root.mkdirs(f"/run/nvidia-ctk-hook-{os.urandom(16).hex()[:12]}")
                 try:
                     sc.move_mount(mnt, "", holder, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
                                   "params copy")

@@ -15,7 +15,6 @@ import fcntl
 import os
 import resource
 import stat
-import uuid
 
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root
@@ -110,7 +109,7 @@ def prepare_conf(root: Root, folders: list[str]) -> list[tuple[str, bytes]]:
     system = system_dirs(root)
     ours = [f for f in conf_folders(folders) if f not in known and f not in system]
     files: list[tuple[str, bytes]] = []
-    tag = uuid.uuid4().hex[:10]
+    tag = os.urandom(16).hex()[:10]
     if ours:
         files.append((f"/etc/ld.so.conf.d/00-nvcr-{tag}.conf", ("\n".join(ours) + "\n").encode()))
     sys_new = [d for d in system if d not in known]
@@ -132,24 +131,31 @@ def _hide(path: str) -> None:
             os.write(2, f"warning: cannot hide {path}: {e}\n".encode())
 
 
-def _enter_root(root_fd: int, no_pivot: bool) -> None:
-    """In a fresh private mount namespace, make the container root our "/"."""
+def _enter_root(root: Root, no_pivot: bool) -> None:
+    """In a fresh private mount namespace, make the container root our "/". The root is
+    re-opened by path in the new namespace (an fd from before unshare still points at the
+    old namespace's mounts) and checked to be the same directory."""
+    want = os.fstat(root.fd)
     sc.unshare(sc.CLONE_NEWNS)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    fd = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+        raise ContainerError(f"container root {root.path} changed while entering it")
     if not no_pivot:
         try:
-            tree = sc.open_tree(root_fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
+            tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
                                 | sc.AT_EMPTY_PATH)
-            sc.move_mount(tree, "", root_fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+            sc.move_mount(tree, "", fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
                           "container root")
             os.fchdir(tree)
             sc.pivot_root(".", ".")
             sc.umount2(".", sc.MNT_DETACH)
             os.chdir("/")
             return
-        except ContainerError:
-            pass  # e.g. the root is initramfs: chroot below (still in a private namespace)
-    os.fchdir(root_fd)
+        except ContainerError as e:  # e.g. the root is initramfs: chroot below (still private)
+            os.write(2, f"warning: pivot_root refused ({e}); using chroot\n".encode())
+    os.fchdir(fd)
     os.chroot(".")
     os.chdir("/")
 
@@ -202,7 +208,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.dup2(err_w, 1)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
-            _enter_root(root.fd, no_pivot)
+            _enter_root(root, no_pivot)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import uuid
 
 from nct.container import syscalls as sc
 from nct.errors import ContainerError
@@ -230,7 +229,7 @@ class Root:
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Atomically replace `path` with `data` (temp file in the same dir + rename)."""
         pfd, name = self.parent(path)
-        tmp = f".{name}.nct-{uuid.uuid4().hex[:8]}"
+        tmp = f".{name}.nct-{os.urandom(16).hex()[:8]}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=pfd)
             try:
@@ -277,7 +276,7 @@ class Root:
                     raise ContainerError(f"symlink {link}: a directory is in the way in container root {self.path}")
             except FileNotFoundError:
                 pass
-            tmp = f".{name}.nct-{uuid.uuid4().hex[:8]}"
+            tmp = f".{name}.nct-{os.urandom(16).hex()[:8]}"
             os.symlink(target, tmp, dir_fd=pfd)
             try:
                 os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
-import platform
+
 import struct
 
 from nct.errors import ContainerError
@@ -19,7 +19,7 @@ _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
 # Syscall numbers. The new (>= 424) ones are the same on every architecture.
-_ARCH = platform.machine()
+_ARCH = os.uname().machine
 _NR_LEGACY = {
     "x86_64": {"pivot_root": 155, "bpf": 321, "setns": 308, "unshare": 272},
     "aarch64": {"pivot_root": 41, "bpf": 280, "setns": 268, "unshare": 97},

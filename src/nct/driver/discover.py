@@ -183,7 +183,7 @@ def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use
 
         ml = next((f.host_path for f in files if f.kind == "lib" and f.name == "libnvidia-ml.so"), None)
         cu = next((f.host_path for f in files if f.kind == "lib" and f.name == "libcuda.so"), None)
-        facts = nvml.query(ml, cu)
+        facts = nvml.query(ml, cu, root=roots.driver)
         cuda_version = facts.cuda_version
         if facts.nvml:
             nvml_used = True

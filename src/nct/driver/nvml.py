@@ -69,15 +69,35 @@ def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _child_query(nvml_lib: str | None, cuda_lib: str | None) -> dict:
+def _enter_root(root: str | None, paths: list[str | None]) -> list[str | None]:
+    """chroot into a driver root (as libnvidia-container's RPC helper does) so the driver's
+    libraries resolve their own dependencies there; returns the paths as seen inside.
+    Without the privilege to chroot the libraries are loaded from the host view."""
+    if not root or root == "/":
+        return paths
+    prefix = root.rstrip("/")
+    try:
+        os.chroot(root)
+        os.chdir("/")
+    except OSError:
+        return paths
+    return [p[len(prefix):] if p and p.startswith(prefix + "/") else p for p in paths]
+
+
+def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = None) -> dict:
     """Runs in the forked child: everything here may fail; partial answers are kept."""
     import ctypes
 
+    try:
+        import pynvml as N  # before any chroot: the module lives on the host
+    except ImportError:
+        N = None
+    nvml_lib, cuda_lib = _enter_root(root, [nvml_lib, cuda_lib])
     out: dict = {"gpus": []}
-    if nvml_lib:
+    if nvml_lib and N is None:
+        out["nvml_error"] = "nvidia-ml-py (pynvml) is not installed"
+    elif nvml_lib:
         try:
-            import pynvml as N
-
             N.nvmlLib = ctypes.CDLL(nvml_lib)
             N.nvmlInit()
             out["nvml"] = True
@@ -208,13 +228,14 @@ def _run_forked(fn, *args, timeout: float) -> dict | None:
         return None
 
 
-def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0) -> NvmlFacts:
-    """Ask NVML (host path of libnvidia-ml.so.<v>) and/or libcuda for node facts."""
+def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, root: str | None = None) -> NvmlFacts:
+    """Ask NVML (host path of libnvidia-ml.so.<v>) and/or libcuda for node facts; with a
+    driver `root` (containing both paths) the child chroots there first."""
     from nct.driver.procfs import normalise_bus_id
 
     if not nvml_lib and not cuda_lib:
         return NvmlFacts()
-    raw = _run_forked(_child_query, nvml_lib, cuda_lib, timeout=timeout)
+    raw = _run_forked(_child_query, nvml_lib, cuda_lib, root, timeout=timeout)
     if raw is None:
         log.debug("NVML/libcuda query gave no answer")
         return NvmlFacts()

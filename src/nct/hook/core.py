@@ -156,6 +156,7 @@ def check_rootfs(rootfs: str) -> str:
     """ROOTFS must be absolute and not /; returned normalised."""
     from nct.errors import ContainerError
 
-    if not rootfs or not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/":
+    norm = "/" + os.path.normpath(rootfs).lstrip("/") if rootfs else ""
+    if not os.path.isabs(rootfs or "") or norm == "/":
         raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
-    return os.path.normpath(rootfs)
+    return norm

@@ -1,0 +1,77 @@
+"""Helpers for end-to-end tests: a simulated node (3 GPUs, GPU 2 with 2 MIG devices), a
+busybox+glibc rootfs with the cuda probe, runc bundles carrying our prestart hook, and a
+runner that starts runc INSIDE `nct sim run` so the hook sees the node at the real paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+from conftest import venv_bin  # noqa: E402,F401  (tests/conftest.py)
+from e2e import rootfs as R  # noqa: E402
+
+HOOK = "nvidia-container-runtime-hook"
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (mount namespaces, runc, cgroups)"
+    for tool in ("runc", "gcc"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    if not os.path.exists(R.BUSYBOX):
+        return "needs busybox-static"
+    return None
+
+
+_WHY = _missing()
+needs_e2e = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+
+@dataclass
+class Node:
+    dir: Path
+    info: dict
+
+    def gpu(self, i: int) -> dict:
+        return self.info["gpus"][i]
+
+    def run(self, argv: list[str], *, input: bytes | None = None, timeout: int = 120,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+        """argv inside `nct sim run NODE --` (private mount namespace with the node at /)."""
+        return subprocess.run([venv_bin("nct"), "sim", "run", str(self.dir), "--", *argv], input=input,
+                              capture_output=True, timeout=timeout, env=env)
+
+
+def hook_entry(*extra: str) -> dict:
+    return {"prestart": [{"path": venv_bin(HOOK), "args": [HOOK, *extra, "prestart"]}]}
+
+
+def bundle_with_hook(rootfs: Path, script: str, env: list[str], *, hooks: dict | None = None,
+                     mknod_major: int | None = 195, **kw) -> Path:
+    """A bundle running `sh -c script` with our prestart hook. `mknod_major`: the device
+    cgroup lets the container mknod (only: no read/write) char nodes of that major, so a
+    test can make /dev/nvidia0 itself and see the cgroup refuse to open it."""
+    if mknod_major is not None and "caps" not in kw:
+        kw["caps"] = ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_MKNOD"]
+    bundle = R.make_bundle(rootfs.parent, rootfs, ["sh", "-c", script], env,
+                           hooks=hook_entry() if hooks is None else hooks, **kw)
+    if mknod_major is not None:
+        cfg = json.loads((bundle / "config.json").read_text())
+        devs = cfg.setdefault("linux", {}).setdefault("resources", {}).setdefault("devices", [])
+        devs.append({"allow": True, "type": "c", "major": mknod_major, "access": "m"})
+        (bundle / "config.json").write_text(json.dumps(cfg, indent=2))
+    return bundle
+
+
+def runc_run(node: Node, bundle: Path, **kw) -> subprocess.CompletedProcess:
+    return node.run(["runc", "run", "--bundle", str(bundle), R.container_id()], **kw)

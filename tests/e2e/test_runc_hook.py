@@ -1,0 +1,127 @@
+"""runc + our prestart hook on a simulated node: what a container sees for each
+NVIDIA_VISIBLE_DEVICES form (device nodes, cgroup ENXIO vs EPERM, libcuda through the
+container's ld cache, the simulated nvidia-smi)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from e2e.harness import bundle_with_hook, needs_e2e, runc_run
+
+pytestmark = needs_e2e
+
+# Prints, in sections: the NVIDIA nodes, what opening each GPU node gives, the result of
+# opening /dev/nvidia0 made with mknod when absent, the probe and nvidia-smi -L.
+SCRIPT = r"""
+echo "== nodes"; ls /dev | grep nvidia; ls /dev/nvidia-caps 2>/dev/null | sed 's|^|caps/|'
+echo "== open"; for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && cat "$d" 2>&1; done
+echo "== mknod"; if [ ! -e /dev/nvidia0 ]; then mknod /dev/nvidia0 c 195 0 2>&1 && cat /dev/nvidia0 2>&1; else echo present; fi
+echo "== probe"; cuda-probe 2>&1
+echo "== smi"; nvidia-smi -L 2>&1
+echo "== end"
+"""
+
+
+def sections(out: str) -> dict[str, list[str]]:
+    parts = re.split(r"^== (\w+)$", out, flags=re.M)
+    return {parts[i]: [l for l in parts[i + 1].splitlines() if l.strip()] for i in range(1, len(parts), 2)}
+
+
+def run_case(sim_node, rootfs, visible: str | None, extra_env=()):
+    env = ([f"NVIDIA_VISIBLE_DEVICES={visible}"] if visible is not None else []) + list(extra_env)
+    bundle = bundle_with_hook(rootfs, SCRIPT, env)
+    res = runc_run(sim_node, bundle)
+    assert res.returncode == 0, res.stderr.decode()
+    out = sections(res.stdout.decode())
+    assert "end" in out, res.stdout.decode()
+    return out
+
+
+def smi_line(gpu: dict, shown_index: int) -> str:
+    return f"GPU {shown_index}: {gpu['model']} (UUID: {gpu['uuid']})"
+
+
+def gpu_nodes(out) -> set[str]:
+    return {n for n in out["nodes"] if re.fullmatch(r"nvidia\d+", n)}
+
+
+def assert_driver(out, version="12040"):
+    assert {"nvidiactl", "nvidia-uvm"} <= set(out["nodes"])
+    assert set(out["nodes"]) - gpu_nodes(out) - {"nvidia-caps"} <= {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} | {
+        n for n in out["nodes"] if n.startswith("caps/")}
+    assert out["probe"] == [f"cuDriverGetVersion={version}"]
+
+
+ENXIO = "No such device or address"
+EPERM = "Operation not permitted"
+
+
+@pytest.mark.parametrize("form", ["index", "uuid", "uuid-lower", "bus"])
+def test_one_gpu(sim_node, rootfs, form):
+    gpu = sim_node.gpu(1)
+    visible = {"index": "1", "uuid": gpu["uuid"], "uuid-lower": gpu["uuid"].lower(),
+               "bus": gpu["bus_id"]}[form]
+    out = run_case(sim_node, rootfs, visible)
+    assert gpu_nodes(out) == {"nvidia1"}
+    assert not [n for n in out["nodes"] if n.startswith("caps/")]
+    assert out["open"] == [f"cat: can't open '/dev/nvidia1': {ENXIO}"]
+    assert out["mknod"] == [f"cat: can't open '/dev/nvidia0': {EPERM}"]
+    assert_driver(out)
+    assert out["smi"] == [smi_line(gpu, 0)]
+
+
+def test_all(sim_node, rootfs):
+    out = run_case(sim_node, rootfs, "all")
+    assert gpu_nodes(out) == {"nvidia0", "nvidia1", "nvidia2"}
+    assert len(out["open"]) == 3 and all(ENXIO in l for l in out["open"])
+    assert out["mknod"] == ["present"]
+    assert_driver(out)
+    gpus = sim_node.info["gpus"]
+    want = [smi_line(g, i) for i, g in enumerate(gpus)]
+    smi = out["smi"]
+    assert [l for l in smi if l.startswith("GPU ")] == want
+    migs = [m["uuid"] for m in gpus[2]["migs"]]
+    assert [re.search(r"UUID: (MIG-[^)]+)", l).group(1) for l in smi if "MIG" in l] == migs
+
+
+def test_none(sim_node, rootfs):
+    out = run_case(sim_node, rootfs, "none")
+    assert gpu_nodes(out) == set()
+    assert out["open"] == []
+    assert out["mknod"] == [f"cat: can't open '/dev/nvidia0': {EPERM}"]
+    assert_driver(out)
+    assert not [l for l in out["smi"] if l.startswith("GPU ")]
+
+
+@pytest.mark.parametrize("visible", ["void", None, ""])
+def test_void_unset_empty_untouched(sim_node, rootfs, visible):
+    out = run_case(sim_node, rootfs, visible)
+    assert out["nodes"] == []
+    assert out["probe"] and out["probe"][0].startswith("dlopen failed")
+    assert "not found" in " ".join(out["smi"])
+    assert not (rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so").exists()
+
+
+@pytest.mark.parametrize("form", ["index", "uuid"])
+def test_mig(sim_node, rootfs, form):
+    gpu = sim_node.gpu(2)
+    mig = gpu["migs"][1]
+    out = run_case(sim_node, rootfs, "2:1" if form == "index" else mig["uuid"])
+    assert gpu_nodes(out) == {"nvidia2"}
+    caps = {n for n in out["nodes"] if n.startswith("caps/")}
+    assert caps == {f"caps/nvidia-cap{mig['gi_minor']}", f"caps/nvidia-cap{mig['ci_minor']}"}
+    assert_driver(out)
+    assert out["smi"][0] == smi_line(gpu, 0)
+    mig_lines = [l for l in out["smi"] if "MIG" in l]
+    assert len(mig_lines) == 1 and mig["uuid"] in mig_lines[0]
+
+
+def test_mixed_list_and_capabilities(sim_node, rootfs):
+    """GPU 0 by index and GPU 1 by UUID; utility only: no libcuda, no UVM, but nvidia-smi."""
+    out = run_case(sim_node, rootfs, f"0,{sim_node.gpu(1)['uuid']}", ["NVIDIA_DRIVER_CAPABILITIES=utility"])
+    assert gpu_nodes(out) == {"nvidia0", "nvidia1"}
+    assert "nvidia-uvm" not in out["nodes"]
+    assert out["probe"][0].startswith("dlopen failed")
+    assert out["smi"] == [smi_line(sim_node.gpu(0), 0), smi_line(sim_node.gpu(1), 1)]
