@@ -75,3 +75,27 @@ def bundle_with_hook(rootfs: Path, script: str, env: list[str], *, hooks: dict |
 
 def runc_run(node: Node, bundle: Path, **kw) -> subprocess.CompletedProcess:
     return node.run(["runc", "run", "--bundle", str(bundle), R.container_id()], **kw)
+
+
+def snapshot(path: Path) -> dict[str, tuple]:
+    """Names, types, modes, owners and contents of everything under a host dir (lstat: a
+    symlink is recorded as a link), to assert that a run left it untouched."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            data = None
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    data = f.read()
+            out[os.path.relpath(p, path)] = (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, data)
+    return out
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` in this (the host's) mount namespace."""
+    prefix = str(path).rstrip("/")
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p == prefix or p.startswith(prefix + "/")]

@@ -92,8 +92,9 @@ class Installer:
 
 
 @needs_docker
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factory, busybox_image, sig):
+@pytest.mark.parametrize("sig,via", [(signal.SIGTERM, "--pid-file"), (signal.SIGINT, "--socket")])
+def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factory, busybox_image, sig, via):
+    """Reload through the pid file, or through the pid behind the API socket."""
     cfg = tmp_path / "daemon.json"
     cfg.write_text(ORIGINAL)
     d = dockerd_factory(cfg)
@@ -101,13 +102,14 @@ def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factor
     assert "nvidia" not in d.runtimes()
     root = tmp_path / "toolkit"
     pidfile = tmp_path / "toolkit.pid"
+    engine = str(d.pidfile) if via == "--pid-file" else str(d.sock)
     inst = Installer(["--toolkit-root", str(root), "--runtime", "docker", "--config", str(cfg),
-                      "--pid-file", str(d.pidfile), "--toolkit-pid-file", str(pidfile)], tmp_path)
+                      via, engine, "--toolkit-pid-file", str(pidfile)], tmp_path)
     try:
         wait_for(lambda: "ready" in inst.output() or inst.proc.poll() is not None, "the installer")
         assert inst.proc.poll() is None, inst.output()
         assert pidfile.read_text().strip() == str(inst.proc.pid)
-        assert "sent SIGHUP to docker" in inst.output()
+        assert f"sent SIGHUP to docker (pid {d.pid})" in inst.output()
         wait_for(lambda: "nvidia" in d.runtimes(), "dockerd to reload its runtimes")
         assert d.runtimes()["nvidia"]["path"] == str(root / "nvidia-container-runtime")
         r = d.docker("run", "--rm", "--network=none", "--runtime=nvidia", image, "/bin/echo", "installed-runtime")

@@ -255,3 +255,16 @@ def test_chmod(rootfs):
     assert res.returncode == 0, res.stderr
     assert stat.S_IMODE(os.stat(os.path.join(rootfs, "dev/dri")).st_mode) == 0o755
     assert hook("chmod", "--path", "/dev/dri", state=state_for(rootfs)).returncode != 0
+
+
+def test_update_ldcache_alpine_uses_musl_path(rootfs):
+    os.unlink(os.path.join(rootfs, "etc/debian_version"))
+    with open(os.path.join(rootfs, "etc/alpine-release"), "w") as f:
+        f.write("3.19.0\n")
+    st = state_for(rootfs)
+    for _ in range(2):  # idempotent
+        res = hook("update-ldcache", "--folder", "/usr/lib", "--folder", "/opt/nv/lib", state=st)
+        assert res.returncode == 0, res.stderr
+    musl = os.path.join(rootfs, f"etc/ld-musl-{os.uname().machine}.path")
+    assert open(musl).read().split() == ["/lib", "/usr/local/lib", "/usr/lib", "/opt/nv/lib"]
+    assert not os.path.exists(os.path.join(rootfs, "etc/ld.so.cache"))

@@ -308,3 +308,11 @@ def test_legacy_without_graphics_caps_touches_no_devices(shim, fake_runtime, mak
     assert r.returncode == 0, r.stderr
     out = _spec(b)
     assert "devices" not in out["linux"] and set(out["hooks"]) == {"prestart"}
+
+
+def test_exec_failure_is_one_line(shim, fake_runtime, tmp_path):
+    broken = tmp_path / "broken-runc"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    shim.write_config(runtimes=[str(broken)])
+    _assert_failed(shim.run(["state", "x"]), fake_runtime, "failed to run low-level runtime", str(broken))

@@ -192,80 +192,19 @@ def format_info(node, csv_output: bool = False) -> str:
 
 # --- list ------------------------------------------------------------------------------
 
-@dataclass
-class Selection:
-    gpus: list
-    migs: list
-    all: bool = False
+def select_devices(node, ids: str | None):
+    """Upstream's --device rules (nct.edits.select), with the CLI's error wording."""
+    from nct.edits.select import select_devices as _select
+    from nct.errors import RequestError
+
+    try:
+        return _select(node, ids or "")
+    except RequestError as exc:
+        dev = str(exc).split(":", 1)[1].strip()
+        raise CliFailure(f"device error: {dev}: unknown device") from None
 
 
-def select_devices(node, ids: str | None) -> Selection:
-    """Upstream's --device rules: all, GPU-UUID, PCI bus id, index, MIG-UUID, i:j (MIG +
-    parent). Unknown id -> CliFailure("device error: ID: unknown device")."""
-    sel = Selection([], [])
-    gpus = [g for g in node.gpus if not g.excluded]
-
-    def add_gpu(g):
-        if g not in sel.gpus:
-            sel.gpus.append(g)
-
-    for dev in (ids or "").split(","):
-        dev = dev.strip()
-        if not dev:
-            continue
-        if dev.lower() == "all":
-            for g in gpus:
-                add_gpu(g)
-            for g in gpus:
-                sel.migs += [m for m in g.migs if m not in sel.migs]
-            sel.all = True
-            break
-        gpu = _match_gpu(gpus, dev)
-        if gpu is not None:
-            add_gpu(gpu)
-            continue
-        mig = _match_mig(gpus, dev)
-        if mig is not None:
-            if mig not in sel.migs:
-                sel.migs.append(mig)
-            add_gpu(gpus[mig.parent_index])
-            continue
-        raise CliFailure(f"device error: {dev}: unknown device")
-    return sel
-
-
-def _match_gpu(gpus, dev: str):
-    from nct.driver.procfs import normalise_bus_id
-
-    if dev.upper().startswith("GPU-") and len(dev) > 4:
-        for g in gpus:
-            if g.uuid.lower() == dev.lower():
-                return g
-    bus = normalise_bus_id(dev)
-    if bus is not None:
-        for g in gpus:
-            if g.bus_id == bus:
-                return g
-    if dev.isdigit() and int(dev) < len(gpus):
-        return gpus[int(dev)]
-    return None
-
-
-def _match_mig(gpus, dev: str):
-    if dev.upper().startswith("MIG-") and len(dev) > 4:
-        for g in gpus:
-            for m in g.migs:
-                if m.uuid and m.uuid.lower() == dev.lower():
-                    return m
-    i, sep, j = dev.partition(":")
-    if sep and i.isdigit() and j.isdigit() and int(i) < len(gpus):
-        migs = sorted(gpus[int(i)].migs, key=lambda m: m.ordinal)
-        if int(j) < len(migs):
-            return migs[int(j)]
-    return None
-
-
-def _select_mig_mode(what: str, ids: str | None, visible: Selection) -> list | None:
+def _select_mig_mode(what: str, ids: str | None, visible) -> list | None:
     """--mig-config / --mig-monitor: only 'all' (of the visible, MIG-enabled GPUs)."""
     if ids is None:
         return None
@@ -336,7 +275,7 @@ def list_paths(node, *, devices: str | None, libraries: bool = False, binaries: 
     from nct.driver import catalogue, procfs
 
     out: list[str] = []
-    visible = select_devices(node, devices) if devices is not None else Selection([], [])
+    visible = select_devices(node, devices if devices is not None else "")
     cfg_gpus = _select_mig_mode("mig-config", mig_config, visible)
     mon_gpus = _select_mig_mode("mig-monitor", mig_monitor, visible)
     dev_caps = "nvidia-caps" in node.majors

@@ -73,6 +73,7 @@ def _run_in_child(fn) -> None:
         code = 1
         try:
             os.close(r)
+            sc.prctl(sc.PR_SET_PDEATHSIG, 9)  # never outlive the hook
             fn()
             code = 0
         except ContainerError as e:

@@ -118,6 +118,32 @@ def prepare_conf(root: Root, folders: list[str]) -> list[tuple[str, bytes]]:
     return files
 
 
+MUSL_DEFAULT = ["/lib", "/usr/local/lib", "/usr/lib"]
+
+
+def update_musl_path(root: Root, folders: list[str]) -> bool:
+    """Alpine (musl has no ld cache): append new folders to /etc/ld-musl-<arch>.path,
+    starting from musl's built-in default when the file does not exist yet."""
+    if root.stat("/etc/alpine-release") is None:
+        return False
+    path = f"/etc/ld-musl-{os.uname().machine}.path"
+    current: list[str] = []
+    try:
+        fd = root.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        current = list(MUSL_DEFAULT)
+    else:
+        try:
+            text = os.read(fd, 1 << 20).decode(errors="replace")
+        finally:
+            os.close(fd)
+        current = [p for line in text.splitlines() for p in line.replace(":", " ").split() if p]
+    new = [f for f in conf_folders(folders) if f not in current]
+    if new:
+        root.write_file(path, ("\n".join(current + new) + "\n").encode(), 0o644)
+    return True
+
+
 def _hide(path: str) -> None:
     """Read-only empty tmpfs over a real directory (not a symlink) of the new root."""
     try:
@@ -169,6 +195,8 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
     configure). write_conf=True: they are recorded in /etc/ld.so.conf.d (the CDI hook).
     `extra_files` are written (in-root) before ldconfig runs.
     """
+    if write_conf and update_musl_path(root, folders):
+        return
     own_fd = ldconfig_fd is None
     host = host_ldconfig(ldconfig)
     if host is None:
@@ -208,6 +236,9 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.dup2(err_w, 1)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
+            sc.prctl(sc.PR_SET_PDEATHSIG, 9)
+            sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
+            sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
             _enter_root(root, no_pivot)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)

@@ -166,6 +166,14 @@ def fsmount_tmpfs(options: dict[str, str], attrs: int, what: str) -> int:
         os.close(fsfd)
 
 
+PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 1, 15, 38
+
+
+def prctl(option: int, arg: int | bytes = 0) -> None:
+    if _libc.prctl(option, arg, 0, 0, 0) != 0:
+        _raise(f"prctl {option}")
+
+
 def attrs_from_options(options: tuple[str, ...] | list[str]) -> int:
     """MOUNT_ATTR_* bits for the per-mount flags among OCI mount options."""
     bits = 0

@@ -48,7 +48,8 @@ def visible_gpus(node: Node) -> tuple[Gpu, ...]:
 
 
 def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
-    """Resolve requested ids (a comma string or a sequence) against the node."""
+    """Resolve requested ids (a comma string or a sequence) against the node, in request
+    order as libnvidia-container does."""
     if isinstance(ids, str):
         ids = ids.split(",")
     gpus = visible_gpus(node)
@@ -74,8 +75,6 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
                 picked_gpus.append(parent)
             continue
         raise RequestError(f"unknown device: {dev}")
-    order = {id(g): i for i, g in enumerate(gpus)}
-    picked_gpus.sort(key=lambda g: order[id(g)])
     return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
 
 

@@ -38,6 +38,7 @@ class InstallOptions:
     config: str | None = None
     drop_in: str | None = None
     pid_file: str | None = None
+    socket: str | None = None
     restart_mode: str = "auto"
     toolkit_pid_file: str = "/run/nvidia/toolkit.pid"
     runtime_name: str = "nvidia"
@@ -142,7 +143,7 @@ def install(opts: InstallOptions) -> Installation:
         inst.save()
         for path in apply(plan):
             inst.log.append(f"configured {opts.engine}: {path}")
-        inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file))
+        inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
         Path(opts.toolkit_pid_file).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(opts.toolkit_pid_file, f"{os.getpid()}\n")
     except BaseException:
@@ -176,7 +177,7 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     if inst.engine_configured:
         try:
             if apply(plan_unconfigure(engine_request(opts))):
-                inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file))
+                inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
             inst.log.append(f"restored {opts.engine} configuration")
         except NctError as e:
             errors.append(str(e))
@@ -206,6 +207,7 @@ def _echo(msg: str) -> None:
 @click.option("--config", default=None, help="Engine config file (default: the engine's usual path).")
 @click.option("--drop-in-config", "drop_in", default=None, help='Engine drop-in ("" = top-level file).')
 @click.option("--pid-file", default=None, help="Engine pid file, for a SIGHUP (docker: /run/docker.pid).")
+@click.option("--socket", default=None, help="Engine API socket: its peer pid gets the SIGHUP (needs hostPID in a pod).")
 @click.option("--restart-mode", default="auto", show_default=True,
               type=click.Choice(["auto", "signal", "systemd", "none"]), help="How to make the engine reload.")
 @click.option("--toolkit-pid-file", default="/run/nvidia/toolkit.pid", show_default=True)
@@ -214,7 +216,7 @@ def _echo(msg: str) -> None:
 @click.option("--no-daemon", is_flag=True, help="Exit after setup instead of waiting for SIGTERM.")
 @click.option("--uninstall", is_flag=True, help="Undo an earlier --no-daemon install in --toolkit-root.")
 def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_output_dir, config, drop_in,
-                    pid_file, restart_mode, toolkit_pid_file, runtime_name, python, no_daemon, uninstall):
+                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, python, no_daemon, uninstall):
     """Install nct into a toolkit directory and configure a container engine."""
     try:
         if uninstall:
@@ -225,7 +227,7 @@ def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_
             return
         opts = InstallOptions(toolkit_root=toolkit_root, engine=engine, driver_root=driver_root,
                               set_as_default=set_as_default, cdi=cdi, cdi_output_dir=cdi_output_dir, config=config,
-                              drop_in=drop_in, pid_file=pid_file, restart_mode=restart_mode,
+                              drop_in=drop_in, pid_file=pid_file, socket=socket, restart_mode=restart_mode,
                               toolkit_pid_file=toolkit_pid_file, runtime_name=runtime_name, python=python)
         waited = {signal.SIGTERM, signal.SIGINT}
         if not no_daemon:  # a signal during setup stays pending and ends the wait at once

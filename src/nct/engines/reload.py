@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 
 from nct.errors import EngineConfigError
@@ -32,10 +34,30 @@ def read_pid(pid_file: str) -> int:
     return pid
 
 
-def reload_engine(engine: str, mode: str = "auto", pid_file: str | None = None) -> str:
-    """Reload or restart the engine; returns what was done, for the log."""
+def pid_from_socket(path: str) -> int:
+    """The pid of the process serving a unix socket (SO_PEERCRED): finds the engine's pid
+    from its API socket when it keeps no pid file (containerd; any engine in a pod with
+    hostPID)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+            creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError as e:
+        raise EngineConfigError(f"{path}: cannot connect to the engine socket: {e.strerror or e}") from None
+    pid = struct.unpack("3i", creds)[0]
+    if pid <= 1:
+        raise EngineConfigError(f"{path}: the engine's pid is not visible (run with hostPID)")
+    return pid
+
+
+def reload_engine(engine: str, mode: str = "auto", pid_file: str | None = None, sock: str | None = None) -> str:
+    """Reload or restart the engine; returns what was done, for the log.  The pid for a
+    signal comes from `sock` (peer credentials) or `pid_file`."""
     if pid_file is None:
         pid_file = DEFAULT_PID_FILE[engine]
+    if sock:
+        if mode in ("auto", "signal"):
+            return _signal(engine, pid_from_socket(sock), sock)
     if mode == "none":
         return f"not restarting {engine} (--restart-mode=none)"
     if mode == "auto":
@@ -57,10 +79,13 @@ def reload_engine(engine: str, mode: str = "auto", pid_file: str | None = None) 
     if mode == "signal":
         if not pid_file:
             raise EngineConfigError(f"--restart-mode=signal for {engine} needs --pid-file")
-        pid = read_pid(pid_file)
-        try:
-            os.kill(pid, signal.SIGHUP)
-        except ProcessLookupError:
-            raise EngineConfigError(f"{pid_file}: process {pid} is not running") from None
-        return f"sent SIGHUP to {engine} (pid {pid})"
+        return _signal(engine, read_pid(pid_file), pid_file)
     raise EngineConfigError(f"--restart-mode {mode}: want auto, signal, systemd or none")
+
+
+def _signal(engine: str, pid: int, source: str) -> str:
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise EngineConfigError(f"{source}: process {pid} is not running") from None
+    return f"sent SIGHUP to {engine} (pid {pid})"

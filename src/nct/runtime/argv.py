@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # Global flags of runc/crun that take a separate value (`--root X`). Knowing them lets us
 # find the real subcommand in `--root X --log create.log create ...`.
-_VALUE_FLAGS = frozenset({"root", "log", "log-format", "criu", "rootless", "cgroup-manager"})
+_VALUE_FLAGS = frozenset({"root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager"})
 # Subcommands of runc/crun; when the first positional is one of them it *is* the subcommand.
 _SUBCOMMANDS = frozenset({
     "checkpoint", "create", "delete", "events", "exec", "features", "help", "init", "kill",

@@ -42,7 +42,7 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
     args = list(argv[1:])
     version = av.has_version_flag(args)
     if version:
-        os.write(1, version_text().encode())
+        _write_stdout(version_text())
     log = None
     try:
         from nct.runtime.log import Logger
@@ -60,8 +60,8 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
         else:
             log.trace("Skipping modifier for non-create subcommand")
         if version:
-            os.write(1, b"\n")
-        log.close()
+            _write_stdout("\n")
+        # log files are O_CLOEXEC: they close on exec, and stay usable if exec fails
         try:
             os.execve(runtime, [runtime] + args, original_environ() if environ is None else env)
         except OSError as e:
@@ -69,6 +69,14 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
     except Exception as e:  # every failure is one line, never a traceback
         return fail(e, log)
     return 1  # not reached
+
+
+def _write_stdout(text: str) -> None:
+    """Unbuffered (exec discards Python's buffers); a closed stdout is not an error."""
+    try:
+        os.write(1, text.encode())
+    except OSError:
+        pass
 
 
 def original_environ() -> dict:

@@ -1,0 +1,100 @@
+"""Pure parsing on crafted files: cgroup location from /proc/PID/cgroup + mountinfo, the
+hostile-input ELF note reader of CUDA compat, the BPF prologue encoding."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from nct.container import cgroups as cg
+from nct.container.compat import _note_decision, read_fwd_note
+
+
+def _files(tmp_path, cgroup: str, mountinfo: str):
+    (tmp_path / "proc" / "42").mkdir(parents=True)
+    (tmp_path / "proc" / "42" / "cgroup").write_text(cgroup)
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    return str(tmp_path / "proc"), str(tmp_path / "mountinfo")
+
+
+def test_cgroup_v2_only(tmp_path):
+    proc, mi = _files(tmp_path, "0::/system.slice/docker-abc.scope\n",
+                      "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
+    assert cg.find_device_cgroups(42, proc, mi) == (None, "/sys/fs/cgroup/system.slice/docker-abc.scope")
+
+
+def test_cgroup_hybrid_and_mount_root(tmp_path):
+    proc, mi = _files(tmp_path, "12:devices:/outer/ctr\n11:cpu,cpuacct:/outer/ctr\n0::/\n",
+                      "36 31 0:33 /outer /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+                      "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+    assert cg.find_device_cgroups(42, proc, mi) == ("/sys/fs/cgroup/devices/ctr", "/sys/fs/cgroup/unified")
+
+
+def test_v1_rule_text():
+    assert cg.DeviceRule("c", 195, 1).v1() == "c 195:1 rw"
+    assert cg.DeviceRule("c", 195, -1, "rwm").v1() == "c 195:* rwm"
+
+
+def test_bpf_prologue_shape():
+    code = cg.rules_prologue([cg.DeviceRule("c", 195, 1), cg.DeviceRule("c", 195, -1, "r")])
+    insns = [struct.unpack("<BBhi", code[i:i + 8]) for i in range(0, len(code), 8)]
+    assert len(insns) == 6 + 8 + 7
+    # every conditional jump lands exactly on the start of the next rule block (or the tail)
+    assert insns[6] == (0x55, 3, 7, 2) and insns[7] == (0x55, 4, 6, 195) and insns[8] == (0x55, 5, 5, 1)
+    assert insns[12] == (0xB7, 0, 0, 1) and insns[13] == (0x95, 0, 0, 0)
+    assert insns[14] == (0x55, 3, 6, 2) and insns[18] == (0x55, 0, 2, 0)
+
+
+def _elf_with_note(desc: bytes) -> bytes:
+    """A minimal ELF64 LE file: header, a note section and a section-name table."""
+    name = b"NVIDIA Corporation\0"
+    note = struct.pack("<III", len(name), len(desc), 1) + name + b"\0" * (-len(name) % 4) + desc
+    names = b"\0.note.cuda.fwd_compatibility\0.shstrtab\0"
+    note_off = 64
+    names_off = note_off + len(note)
+    sh_off = names_off + len(names)
+    hdr = bytearray(64)
+    hdr[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", hdr, 0x28, sh_off)
+    struct.pack_into("<HHH", hdr, 0x3A, 64, 3, 2)
+    shdrs = bytes(64)
+    shdrs += struct.pack("<IIQQQQIIQQ", 1, 7, 0, 0, note_off, len(note), 0, 0, 4, 0)
+    shdrs += struct.pack("<IIQQQQIIQQ", 30, 3, 0, 0, names_off, len(names), 0, 0, 1, 0)
+    return bytes(hdr) + note + names + shdrs
+
+
+def test_fwd_note_reader(tmp_path):
+    p = tmp_path / "libcuda.so.560.35.03"
+    p.write_bytes(_elf_with_note(json.dumps({"CUDA Version": "12.6", "Driver Versions": ["550"]}).encode()))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert read_fwd_note(fd) == {"CUDA Version": "12.6", "Driver Versions": ["550"]}
+    finally:
+        os.close(fd)
+
+
+def test_fwd_note_reader_survives_garbage(tmp_path):
+    good = _elf_with_note(b'{"CUDA Version": "12.6"}')
+    samples = [b"", b"\x7fELF", os.urandom(4096), good[:100], good[:64] + b"\xff" * 400,
+               good.replace(b"{", b"[", 1)]
+    bad_hdr = bytearray(good)
+    struct.pack_into("<HHH", bad_hdr, 0x3A, 64, 60000, 59999)
+    samples.append(bytes(bad_hdr))
+    for i, data in enumerate(samples):
+        p = tmp_path / f"g{i}"
+        p.write_bytes(data)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            assert read_fwd_note(fd) is None
+        finally:
+            os.close(fd)
+
+
+def test_note_decision():
+    note = {"CUDA Version": "12.6", "Driver Versions": ["550", "560"]}
+    assert _note_decision(note, "550.54.15", None, "560.35.03") is True
+    assert _note_decision(note, "535.1", None, "560.35.03") is False   # major not supported
+    assert _note_decision(note, "560.40", None, "560.35.03") is False  # host newer
+    assert _note_decision(note, None, "12.4", "560.35.03") is True     # only CUDA known
+    assert _note_decision(note, None, "12.8", "560.35.03") is False

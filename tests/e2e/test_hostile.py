@@ -1,0 +1,135 @@
+"""Hostile images: symlinks that point at host paths where we mount, write or run ldconfig;
+LD_PRELOAD/LD_LIBRARY_PATH in the image env; files where directories are needed. The host
+(a victim dir beside the bundle) must stay untouched; the container either works (paths
+resolved inside its root) or is refused with a one-line error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.harness import bundle_with_hook, mounts_under, needs_e2e, runc_run, snapshot
+
+pytestmark = needs_e2e
+
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+SCRIPT = "ls /dev; cuda-probe; nvidia-smi -L"
+
+EVIL_C = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void evil(void) {
+    int fd = open(MARKER, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) { write(fd, "loaded\n", 7); close(fd); }
+}
+"""
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    v = tmp_path / "host-victim"
+    for d in ("lib", "etc", "dev", "bin", "proc"):
+        (v / d).mkdir(parents=True)
+    (v / "etc/ld.so.cache").write_bytes(b"HOST CACHE")
+    (v / "etc/ld.so.conf").write_text("# host\n")
+    (v / "lib/keep").write_text("host lib\n")
+    (v / "bin/nvidia-smi").write_text("#!/bin/sh\necho host\n")
+    (v / "dev/null").write_text("not a device\n")
+    return v
+
+
+def check(sim_node, rootfs: Path, victim: Path, env=("NVIDIA_VISIBLE_DEVICES=1",), script=SCRIPT):
+    before = snapshot(victim)
+    bundle = bundle_with_hook(rootfs, script, list(env))
+    res = runc_run(sim_node, bundle)
+    assert snapshot(victim) == before, "the host victim dir changed"
+    assert mounts_under(victim) == [] and mounts_under(rootfs) == []
+    err = res.stderr.decode()
+    assert "Traceback" not in err
+    if res.returncode != 0:
+        hook_lines = [l for l in err.splitlines() if l.startswith("nvidia-container-runtime-hook: ")]
+        assert len(hook_lines) == 1, err
+    return res
+
+
+def works(res) -> str:
+    assert res.returncode == 0, res.stderr.decode()
+    out = res.stdout.decode()
+    assert "cuDriverGetVersion=12040" in out
+    return out
+
+
+def test_lib_dir_is_absolute_symlink_to_host(sim_node, rootfs, victim):
+    shutil.rmtree(rootfs / LIBDIR)
+    os.symlink(str(victim / "lib"), rootfs / LIBDIR)
+    works(check(sim_node, rootfs, victim))
+    # the link was followed inside the root: the libraries' mount targets are under the rootfs
+    assert (rootfs / str(victim / "lib").lstrip("/") / "libcuda.so.550.54.15").exists()
+
+
+def test_lib_dir_is_relative_symlink_climbing_out(sim_node, rootfs, victim):
+    shutil.rmtree(rootfs / LIBDIR)
+    os.symlink("../../../../../../../../../../" + str(victim / "lib").lstrip("/"), rootfs / LIBDIR)
+    works(check(sim_node, rootfs, victim))
+
+
+def test_ld_so_cache_and_conf_are_symlinks_to_host(sim_node, rootfs, victim):
+    os.symlink(str(victim / "etc/ld.so.cache"), rootfs / "etc/ld.so.cache")
+    (rootfs / "etc/ld.so.conf").unlink()
+    os.symlink(str(victim / "etc/ld.so.conf"), rootfs / "etc/ld.so.conf")
+    works(check(sim_node, rootfs, victim))
+
+
+def test_etc_is_symlink_to_host(sim_node, rootfs, victim):
+    shutil.copytree(rootfs / "etc", victim / "etc", dirs_exist_ok=True)
+    shutil.rmtree(rootfs / "etc")
+    os.symlink(str(victim / "etc"), rootfs / "etc")
+    check(sim_node, rootfs, victim)
+
+
+def test_dev_is_symlink_to_host(sim_node, rootfs, victim):
+    shutil.rmtree(rootfs / "dev")
+    os.symlink(str(victim / "dev"), rootfs / "dev")
+    check(sim_node, rootfs, victim)
+
+
+def test_mount_targets_are_symlinks_to_host(sim_node, rootfs, victim):
+    os.symlink(str(victim / "bin/nvidia-smi"), rootfs / "usr/bin/nvidia-smi")
+    os.symlink(str(victim / "lib/keep"), rootfs / LIBDIR / "libcuda.so.550.54.15")
+    os.symlink(str(victim / "proc"), rootfs / "proc/driver")
+    os.symlink(str(victim / "lib/keep"), rootfs / LIBDIR / "libcuda.so")
+    check(sim_node, rootfs, victim)
+
+
+def test_ld_preload_and_library_path_never_reach_host_processes(sim_node, rootfs, victim, tmp_path):
+    marker = tmp_path / "evil-loaded"
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_C)
+    evil = victim / "lib/libevil.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(evil), str(src)], check=True)
+    # also a fake libc in a dir named by LD_LIBRARY_PATH, as a host ldconfig would see it
+    shutil.copy(evil, victim / "lib/libc.so.6")
+    env = ("NVIDIA_VISIBLE_DEVICES=1", f"LD_PRELOAD={evil}", f"LD_LIBRARY_PATH={victim / 'lib'}",
+           "LD_AUDIT=" + str(evil))
+    res = check(sim_node, rootfs, victim, env=env, script="cuda-probe 2>/dev/null; echo done")
+    assert res.returncode == 0, res.stderr.decode()
+    assert "cuDriverGetVersion=12040" in res.stdout.decode()
+    assert not marker.exists(), "a host process loaded the image's LD_PRELOAD library"
+
+
+@pytest.mark.parametrize("path", [LIBDIR, "usr/bin", "proc/driver", "dev/nvidia-caps", "etc/ld.so.conf.d"])
+def test_file_where_a_directory_is_needed(sim_node, rootfs, victim, path):
+    target = rootfs / path
+    if target.is_dir():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("I am a file\n")
+    env = ["NVIDIA_VISIBLE_DEVICES=2:0" if path.startswith("dev") else "NVIDIA_VISIBLE_DEVICES=1"]
+    res = check(sim_node, rootfs, victim, env=env)
+    if res.returncode != 0:
+        assert "not a directory" in res.stderr.decode().lower() or path in res.stderr.decode()
+    assert target.read_text() == "I am a file\n"
