@@ -59,16 +59,27 @@ def time_runs(cmd: list[str], env: dict, runs: int) -> list[float]:
     return out
 
 
+def interpreter(script: str) -> list[str]:
+    """The shim script's #! line as argv (to time a bare interpreter start)."""
+    with open(script, "rb") as f:
+        first = f.readline().decode(errors="replace").strip()
+    return first[2:].split() if first.startswith("#!") else [sys.executable]
+
+
 def measure(runc: str, shim: str, root: str, cid: str, env: dict, runs: int) -> dict:
     plain: list[float] = []
     shimmed: list[float] = []
-    # alternate in small batches so drift on the machine hits both sides equally
+    bare: list[float] = []
+    python = interpreter(shim) + ["-c", "pass"]
+    # alternate in small batches so drift on the machine hits every side equally
     for _ in range(max(1, runs // 10)):
         plain += time_runs([runc, "--root", root, "state", cid], env, 10)
         shimmed += time_runs([shim, "--root", root, "state", cid], env, 10)
-    p, s = statistics.median(plain), statistics.median(shimmed)
+        bare += time_runs(python, env, 10)
+    p, s, b = statistics.median(plain), statistics.median(shimmed), statistics.median(bare)
     return {"runc_ms": round(p, 3), "shim_ms": round(s, 3), "added_ms": round(s - p, 3),
-            "ratio": round(s / p, 3), "runs": len(plain)}
+            "ratio": round(s / p, 3), "python_start_ms": round(b, 3),
+            "shim_own_ms": round(s - p - b, 3), "runs": len(plain)}
 
 
 def main() -> int:
@@ -115,7 +126,8 @@ def main() -> int:
     previous = history[-1] if history else None
     for case, r in results.items():
         line = (f"{case:15s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
-                f"added {r['added_ms']:6.2f} ms  ratio {r['ratio']:.2f}x")
+                f"added {r['added_ms']:6.2f} ms  ratio {r['ratio']:.2f}x  "
+                f"[python start {r['python_start_ms']:.2f} ms, shim code {r['shim_own_ms']:.2f} ms]")
         if previous and case in previous.get("results", {}):
             prev = previous["results"][case]
             line += f"  (previous ratio {prev['ratio']:.2f}x, now {r['ratio'] / prev['ratio']:.2f} of it)"

@@ -81,3 +81,40 @@ def test_auditor_catches_writes_outside(tmp_path):
     assert {("openat", "out1"), ("symlinkat", "out2"), ("renameat2", "out1"), ("renameat2", "out3"),
             ("openat", "out4-parent"), ("fchmodat", "out3"), ("unlinkat", "out3")} <= got, got
     assert not any(name in ("ok", "ok-dir") for _, name in got)
+
+
+def test_hostile_image_cdi_hooks_touch_nothing_outside_the_root(tmp_path, rootfs, victim):
+    """The same audit for nvidia-cdi-hook create-symlinks and update-ldcache (standalone, as
+    a createContainer hook would run them)."""
+    pytest.importorskip("ptrace")
+    import subprocess
+
+    from realparts import build_lib
+
+    before = snapshot(victim)
+    build_lib(os.path.join(rootfs, "opt/nv/lib"), "libnvfake.so.550.54.15", "libnvfake.so.1")
+    os.rmdir(os.path.join(rootfs, LIBDIR.lstrip("/")))
+    os.symlink(os.path.join(victim, "lib"), os.path.join(rootfs, LIBDIR.lstrip("/")))
+    shutil.rmtree(os.path.join(rootfs, "etc"))
+    os.symlink(os.path.join(victim, "etc"), os.path.join(rootfs, "etc"))
+    bundle = os.path.dirname(rootfs)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"root": {"path": "rootfs"}}, f)
+    state = json.dumps({"ociVersion": "1.0.2", "id": "x", "pid": os.getpid(), "bundle": bundle})
+    hook = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    for args in (["create-symlinks", "--link", f"libnvfake.so.1::{LIBDIR}/libnvfake.so",
+                  "--link", "/etc/passwd::/etc/../../../../etc/shadow"],
+                 ["update-ldcache", "--folder", "/opt/nv/lib", "--folder", LIBDIR]):
+        report = str(tmp_path / f"{args[0]}.json")
+        res = subprocess.run([sys.executable, TRACER, report, rootfs, "--", hook, *args], input=state,
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        with open(report) as f:
+            doc = json.load(f)
+        assert doc["checked"] >= 2 and doc["violations"] == [], doc
+    assert doc["jailed"]  # update-ldcache's ldconfig child was seen pivoting into the rootfs
+    assert snapshot(victim) == before
+    cache = os.path.join(rootfs, victim.lstrip("/"), "etc", "ld.so.cache")
+    out = subprocess.run(["/sbin/ldconfig", "-p", "-C", cache], capture_output=True, text=True).stdout
+    assert "libnvfake.so.1" in out

@@ -115,11 +115,15 @@ def test_v2_bpf_program_keeps_existing_rules(cgroup2_dir, nodes):
 def test_v2_access_bits_are_enforced(cgroup2_dir, nodes):
     cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
     cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1, "r")])
-    res = subprocess.run([sys.executable, "-c", "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\n"
-                          "except OSError as e: print(os.strerror(e.errno))\n"
-                          "try: os.open(sys.argv[1], os.O_WRONLY)\nexcept OSError as e: print(os.strerror(e.errno))",
-                          nodes[1]], preexec_fn=lambda: open(os.path.join(cgroup2_dir, "cgroup.procs"), "w").write(
-                              str(os.getpid())), capture_output=True, text=True)
+    script = ("import os, sys\n"
+              "for flags in (os.O_RDONLY, os.O_WRONLY):\n"
+              "    try: os.open(sys.argv[1], flags)\n"
+              "    except OSError as e: print(os.strerror(e.errno))\n")
+
+    def enter():
+        with open(os.path.join(cgroup2_dir, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    res = subprocess.run([sys.executable, "-c", script, nodes[1]], preexec_fn=enter, capture_output=True, text=True)
     assert res.stdout.splitlines() == ["No such device or address", "Operation not permitted"]
 
 
@@ -132,3 +136,17 @@ def test_find_device_cgroups_of_a_process():
     assert v1 is None or os.path.isdir(v1)
     assert v2 is None or os.path.isdir(v2)
     assert v1 or v2
+
+
+def test_allow_devices_dispatches_to_v2_on_a_v2_only_view(tmp_path, cgroup2_dir, nodes):
+    """allow_devices(pid) on a process whose /proc/PID/cgroup shows only the unified
+    hierarchy: the BPF path is taken for the process's own cgroup."""
+    base = next(p for r, p, t, _ in cg._mounts("/proc/self/mountinfo") if t == "cgroup2" and r == "/")
+    rel = "/" + os.path.relpath(cgroup2_dir, base)
+    fake_proc = tmp_path / "proc"
+    (fake_proc / "4242").mkdir(parents=True)
+    (fake_proc / "4242" / "cgroup").write_text(f"0::{rel}\n")
+    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    cg.allow_devices(4242, [cg.DeviceRule("c", NV_MAJOR, 0, "rw")], str(fake_proc))
+    assert open_in(os.path.join(cgroup2_dir, "cgroup.procs"), nodes) == [
+        "No such device or address", "Operation not permitted"]

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from realparts import (HOOKHELPER, NV_MAJOR, helper_hook, needs_gcc, needs_root, needs_runc, run_container, snapshot,
                        write_bundle, write_edits)
 
@@ -66,11 +68,13 @@ def test_etc_and_cache_symlinks_to_host(tmp_path, rootfs, host_gpu, victim):
 
 
 @needs_gcc
-def test_whole_etc_symlink_to_host(tmp_path, rootfs, host_gpu, victim):
+@pytest.mark.parametrize("no_pivot", [False, True])
+def test_whole_etc_symlink_to_host(tmp_path, rootfs, host_gpu, victim, no_pivot):
+    """Also with --no-pivot (ldconfig chrooted instead of pivoted)."""
     before = snapshot(victim)
     shutil.rmtree(os.path.join(rootfs, "etc"))
     os.symlink(os.path.join(victim, "etc"), os.path.join(rootfs, "etc"))
-    res = _run(tmp_path, rootfs, _lib_edits(host_gpu), "true")
+    res = _run(tmp_path, rootfs, _lib_edits(host_gpu), "true", {"no_pivot": no_pivot})
     assert res.returncode == 0, res.stderr
     assert snapshot(victim) == before
     assert os.path.isfile(os.path.join(rootfs, victim.lstrip("/"), "etc", "ld.so.cache"))

@@ -97,3 +97,9 @@ def test_write_file_and_symlink_are_atomic_and_in_root(root):
     assert root.create_file_if_absent("/etc/hostname", b"x") is False
     with pytest.raises(ContainerError, match="directory is in the way"):
         root.symlink("x", "/usr/lib")
+
+
+def test_mount_target_symlink_loop_is_an_error(root):
+    os.symlink("/self", os.path.join(root.path, "self"))
+    with pytest.raises(ContainerError, match="too many levels"):
+        root.mount_target("/self", directory=False)

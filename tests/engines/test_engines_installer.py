@@ -168,3 +168,28 @@ def test_gpu_container_through_installed_runtime_on_simulated_node(tmp_path, doc
     assert rc == 0, inst.output()
     assert cfg.read_text() == ORIGINAL
     assert not root.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nct sim run needs root")
+@pytest.mark.skipif(_sim_missing() is not None, reason=str(_sim_missing()))
+def test_install_with_cdi_writes_spec_and_enables_cdi(tmp_path):
+    sim = tmp_path / "node"
+    assert nct("sim", "create", str(sim), "--gpus", "2").returncode == 0
+    cfg = tmp_path / "daemon.json"
+    cfg.write_text(ORIGINAL)
+    root, cdi = tmp_path / "toolkit", tmp_path / "cdi"
+    r = nct("sim", "run", str(sim), "--", str(BIN / "nct"), "install", "--toolkit-root", str(root),
+            "--config", str(cfg), "--cdi", "--cdi-output-dir", str(cdi), "--no-daemon", "--restart-mode", "none",
+            "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+    if "not implemented" in r.stderr:
+        pytest.skip(f"nvidia-ctk cdi generate is not there yet: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(cfg.read_text())["features"] == {"buildkit": True, "cdi": True}
+    import yaml
+    spec = yaml.safe_load((cdi / "nvidia.yaml").read_text())
+    assert {"0", "1", "all"} <= {d["name"] for d in spec["devices"]}
+    hooks = [h["path"] for h in spec.get("containerEdits", {}).get("hooks", [])]
+    assert all(h.startswith(str(root)) for h in hooks), hooks  # the installed hook binary
+    r = nct("install", "--toolkit-root", str(root), "--uninstall")
+    assert r.returncode == 0, r.stderr
+    assert cfg.read_text() == ORIGINAL and not cdi.exists() and not root.exists()

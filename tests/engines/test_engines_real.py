@@ -46,6 +46,22 @@ def test_containerd_config_dump_shows_runtime(tmp_path, drop_in):
     assert main.read_text() == default.replace("SystemdCgroup = false", "SystemdCgroup = true")
 
 
+@needs_containerd
+def test_containerd_config_source_command_uses_real_dump(tmp_path):
+    """`--config-source command` copies the runtime options from containerd's own view
+    (defaults included), while the file on disk is only edited where needed."""
+    main = tmp_path / "config.toml"
+    main.write_text("version = 2\n")
+    r = subprocess.run([str(BIN / "nvidia-ctk"), "runtime", "configure", "--runtime=containerd", f"--config={main}",
+                        "--drop-in-config=", "--config-source=command", "--executable-path=containerd", "--dry-run"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    nvidia = tomllib.loads(r.stdout)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert "SystemdCgroup" in nvidia["options"] and "runtime_root" in nvidia  # from the dump's runc
+    assert main.read_text() == "version = 2\n"
+
+
 DAEMON_JSON = """{
     "log-level": "warn",
     "features": {

@@ -268,3 +268,8 @@ def test_update_ldcache_alpine_uses_musl_path(rootfs):
     musl = os.path.join(rootfs, f"etc/ld-musl-{os.uname().machine}.path")
     assert open(musl).read().split() == ["/lib", "/usr/local/lib", "/usr/lib", "/opt/nv/lib"]
     assert not os.path.exists(os.path.join(rootfs, "etc/ld.so.cache"))
+
+
+def test_version():
+    res = hook("--version")
+    assert res.returncode == 0 and res.stdout.startswith("nvidia-cdi-hook version ")

@@ -65,3 +65,14 @@ def test_failed_write_leaves_original(tmp_path, monkeypatch):
         write_spec(path, {"ociVersion": "new"})
     assert p.read_text() == '{"ociVersion": "orig"}' and os.stat(path).st_ino == inode
     assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_write_keeps_owner(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    p = tmp_path / "config.json"
+    path = _write(p, "{}")
+    os.chown(path, 1234, 5678)
+    write_spec(path, {"ociVersion": "1.0.2"})
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid) == (1234, 5678)

@@ -4,12 +4,13 @@ logging, and `create` in each mode."""
 
 import json
 import os
+import subprocess
 
 import pytest
 
 from nct.oci.validate import oci_schema_errors
 
-from .conftest import oci_spec
+from .conftest import entry_point, oci_spec
 
 
 @pytest.mark.parametrize("args", [
@@ -223,8 +224,8 @@ def _sim_env(shim, sim_node):
     return shim.env(NCT_PROC_ROOT=str(sim_node / "root" / "proc"))
 
 
-def _sim_config(shim, sim_node, extra=""):
-    shim.write_config(f'[nvidia-container-cli]\nroot = "{sim_node}/root"\n{extra}')
+def _sim_config(shim, sim_node, extra="", top=""):
+    shim.write_config(f'{top}[nvidia-container-cli]\nroot = "{sim_node}/root"\n{extra}')
 
 
 def test_jit_cdi_on_simulated_node(shim, fake_runtime, make_bundle, sim_node):
@@ -316,3 +317,63 @@ def test_exec_failure_is_one_line(shim, fake_runtime, tmp_path):
     broken.chmod(0o755)
     shim.write_config(runtimes=[str(broken)])
     _assert_failed(shim.run(["state", "x"]), fake_runtime, "failed to run low-level runtime", str(broken))
+
+
+def test_jit_cdi_mig_device(shim, fake_runtime, make_bundle, tmp_path):
+    node = tmp_path / "mig-node"
+    r = subprocess.run([entry_point("nct"), "sim", "create", str(node), "--gpus", "2", "--mig", "1:2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    _sim_config(shim, node)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=1:1"]))
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, node))
+    assert r.returncode == 0, r.stderr
+    out = _spec(b)
+    assert oci_schema_errors(out) == []
+    nodes = {d["path"] for d in out["linux"]["devices"]}
+    assert "/dev/nvidia1" in nodes and "/dev/nvidia0" not in nodes
+    caps = sorted(p for p in nodes if p.startswith("/dev/nvidia-caps/nvidia-cap"))
+    assert len(caps) == 2, nodes  # GI and CI access of the one MIG device
+
+
+def _gpu_nodes(spec):
+    return sorted(d["path"] for d in spec.get("linux", {}).get("devices", [])
+                  if d["path"][len("/dev/nvidia"):].isdigit())
+
+
+@pytest.mark.parametrize("config, spec_kw, expected", [
+    # none: the driver, no GPU
+    ("", {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}, []),
+    # /dev/null volume mounts, when accepted, win over the env var
+    ("accept-nvidia-visible-devices-as-volume-mounts = true\n",
+     {"env": ["NVIDIA_VISIBLE_DEVICES=0"], "mounts": [
+         {"destination": "/var/run/nvidia-container-devices/2", "source": "/dev/null", "type": "bind"}]},
+     ["/dev/nvidia2"]),
+    # swarm resource variables take precedence over NVIDIA_VISIBLE_DEVICES
+    ('swarm-resource = "DOCKER_RESOURCE_GPU"\n',
+     {"env": ["NVIDIA_VISIBLE_DEVICES=0", "DOCKER_RESOURCE_GPU=3"]}, ["/dev/nvidia3"]),
+    # unprivileged env requests refused by config: untouched
+    ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n",
+     {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}, None),
+    # ... but a privileged container (CAP_SYS_ADMIN) still gets them
+    ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n",
+     {"env": ["NVIDIA_VISIBLE_DEVICES=1"], "caps": ["CAP_SYS_ADMIN"]}, ["/dev/nvidia1"]),
+])
+def test_device_request_sources(shim, fake_runtime, make_bundle, sim_node, config, spec_kw, expected):
+    _sim_config(shim, sim_node, top=config)
+    spec = oci_spec(spec_kw["env"])
+    if "mounts" in spec_kw:
+        spec["mounts"] += spec_kw["mounts"]
+    if "caps" in spec_kw:
+        spec["process"]["capabilities"]["bounding"] = spec_kw["caps"]
+    b = make_bundle(spec)
+    before = (b / "config.json").read_bytes()
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, sim_node))
+    assert r.returncode == 0, r.stderr
+    if expected is None:
+        assert (b / "config.json").read_bytes() == before
+        return
+    out = _spec(b)
+    assert _gpu_nodes(out) == expected
+    assert "/dev/nvidiactl" in {d["path"] for d in out["linux"]["devices"]}
+    assert oci_schema_errors(out) == []

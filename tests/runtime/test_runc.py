@@ -145,3 +145,6 @@ def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
     assert "nvidia2" in devs and "nvidia1" not in devs and "nvidiactl" in devs
     assert "No such device or address" in (out / "nvidia2.err").read_text()
     assert "cuDriverGetVersion=" in (out / "probe").read_text(), (out / "probe").read_text()
+    uuids = [g["uuid"] for g in json.loads((sim_node / "node.json").read_text())["gpus"]]
+    smi = (out / "smi").read_text()
+    assert uuids[2] in smi and not any(u in smi for i, u in enumerate(uuids) if i != 2), smi

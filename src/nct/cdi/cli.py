@@ -148,12 +148,15 @@ _HOOK_CHOICES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-comp
 @click.option("--feature-flag", "--feature-flags", "feature_flags", multiple=True, help="nvcdi feature flag.")
 @click.option("--no-all-device", is_flag=True, help="Do not add the 'all' device.")
 @click.option("--device-id", "--devices", "device_ids", multiple=True, help="Devices to include (default all).")
+@click.option("--max-cdi-version", default=None,
+              help="nct: highest cdiVersion the consumer reads (e.g. 0.5.0 for podman 4.x): leaves out "
+                   "the node record annotations and additionalGids.")
 @click.pass_context
 @cli_errors
 def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_root, strategies, hook_path,
                      ldconfig_path, vendor, cls, config_search_path, library_search_path, csv_files,
                      csv_ignore, csv_compat_root, disable_hooks, enable_hooks, feature_flags,
-                     no_all_device, device_ids) -> None:
+                     no_all_device, device_ids, max_cdi_version) -> None:
     """Generate a CDI specification for the NVIDIA devices on this node."""
     from nct.cdi.generate import GenerateOptions, generate
 
@@ -175,20 +178,27 @@ def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_roo
         disable_hooks=disable, enable_hooks=enable, feature_flags=_split_list(feature_flags),
         no_all_device=no_all_device, device_ids=_split_list(device_ids) or ("all",),
         config_path=g.get("config_path"), quiet=bool(g.get("quiet")), debug=bool(g.get("debug")),
+        max_cdi_version=max_cdi_version, prog=_prog(ctx),
     ))
 
 
 @cdi_group.command("check")
-@click.option("--spec-dir", "spec_dirs", multiple=True, help="Spec dir to check (repeatable).")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--spec-dir", "spec_dirs", multiple=True,
+              help=f"Spec dir to check (repeatable; env {SPEC_DIRS_ENV}; default /etc/cdi, /var/run/cdi).")
 @click.option("--driver-root", envvar="NVIDIA_CTK_DRIVER_ROOT", default=None, help="Driver root.")
 @click.option("--dev-root", envvar="NVIDIA_CTK_DEV_ROOT", default=None, help="Device root.")
 @click.pass_context
 @cli_errors
-def check_command(ctx: click.Context, spec_dirs, driver_root, dev_root) -> None:
-    """Report CDI specs that no longer match this node (nct addition)."""
+def check_command(ctx: click.Context, files, spec_dirs, driver_root, dev_root) -> None:
+    """Report NVIDIA CDI specs (FILES, or those in the spec dirs) that no longer match this
+    node: exit 1 with one line per stale spec, 0 when all match (nct addition)."""
     from nct.cdi.check import CheckOptions, check
 
-    dirs = _split_list(spec_dirs) or _split_list((os.environ.get(SPEC_DIRS_ENV, ""),)) or CheckOptions.spec_dirs
-    rc = check(CheckOptions(spec_dirs=dirs, driver_root=driver_root, dev_root=dev_root,
-                            config_path=_global(ctx).get("config_path")))
+    dirs = _split_list(spec_dirs)
+    if not files and not dirs:
+        dirs = _split_list((os.environ.get(SPEC_DIRS_ENV, ""),)) or CheckOptions.spec_dirs
+    g = _global(ctx)
+    rc = check(CheckOptions(spec_dirs=dirs, files=tuple(files), driver_root=driver_root, dev_root=dev_root,
+                            config_path=g.get("config_path"), quiet=bool(g.get("quiet")), prog=_prog(ctx)))
     ctx.exit(rc)

@@ -175,15 +175,23 @@ def _add_commands(group: click.Group) -> None:
         """Do nothing."""
 
 
+def _version() -> str:
+    from nct import UPSTREAM_COMPAT_VERSION, __version__
+
+    return f"{UPSTREAM_COMPAT_VERSION} (nct {__version__})"
+
+
 def _group(name: str) -> click.Group:
     @click.group(name=name, cls=_HookGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.option("-d", "--debug", is_flag=True, envvar=["NVIDIA_CTK_DEBUG", "NVIDIA_CDI_DEBUG"],
                   help="Enable debug-level logging.")
     @click.option("--quiet", is_flag=True, envvar=["NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET"],
                   help="Suppress all output except errors.")
+    @click.version_option(_version(), prog_name=PROG, message="%(prog)s version %(version)s")
     @click.pass_context
     def group(ctx: click.Context, debug: bool, quiet: bool) -> None:
         """OCI hooks used by CDI specifications for NVIDIA devices."""
+        os.umask(0o022)  # parents we create are 0755 whatever umask the runtime passed on
         ctx.ensure_object(dict)
         ctx.obj.setdefault("debug", debug)
         ctx.obj.setdefault("quiet", quiet)

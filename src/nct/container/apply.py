@@ -74,6 +74,7 @@ def _run_in_child(fn) -> None:
         try:
             os.close(r)
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)  # never outlive the hook
+            os.umask(0o022)  # created dirs 0755, files as asked, whatever umask the runtime had
             fn()
             code = 0
         except ContainerError as e:

@@ -190,7 +190,7 @@ class Root:
         fd, _ = self._walk(head, create_dirs=False, follow_last=True)
         return fd, comps[-1]
 
-    def mount_target(self, path: str, directory: bool, mode: int = 0o644) -> int:
+    def mount_target(self, path: str, directory: bool, mode: int = 0o644, _depth: int = 0) -> int:
         """O_PATH fd of a mount target: a directory, or a non-directory file (created empty
         when absent). A symlink at `path` is followed inside the root, as runc does."""
         if directory:
@@ -215,7 +215,9 @@ class Root:
                     target = os.readlink(name, dir_fd=pfd)
                     base = inroot[1].rsplit("/", 1)[0] or "/"
                     dest = target if target.startswith("/") else base + "/" + target
-                    return self.mount_target(dest, directory, mode)
+                    if _depth >= MAX_SYMLINKS:
+                        raise ContainerError(f"{path}: too many levels of symbolic links in container root {self.path}")
+                    return self.mount_target(dest, directory, mode, _depth + 1)
                 if stat.S_ISDIR(st.st_mode):
                     os.close(fd)
                     raise ContainerError(f"{path}: is a directory where a file is needed in container root {self.path}")

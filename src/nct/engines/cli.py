@@ -75,8 +75,10 @@ def _request(engine, config, drop_in, config_source, executable_path, runtime_na
         config_source = "file"
     if runtime_path is None:
         runtime_path = DEFAULT_RUNTIME_PATH if engine == "docker" else DEFAULT_ABS_RUNTIME_PATH
+    import os
+
     return EngineRequest(
-        engine=engine, config=config or DEFAULT_CONFIG[engine], drop_in=drop_in or None,
+        engine=engine, config=os.path.abspath(config or DEFAULT_CONFIG[engine]), drop_in=drop_in or None,
         runtimes=(RuntimeEntry(runtime_name, runtime_path),), set_as_default=set_as_default,
         cdi_enabled=cdi_enabled, config_source=config_source, executable_path=executable_path,
     )

@@ -157,7 +157,7 @@ def _generate_cdi(opts: InstallOptions, inst: Installation) -> str:
     cmd = [str(Path(opts.toolkit_root) / "nvidia-ctk"), "cdi", "generate", "--output", out,
            "--driver-root", opts.driver_root or "/",
            "--nvidia-cdi-hook-path", str(Path(opts.toolkit_root) / "nvidia-cdi-hook")]
-    os.makedirs(opts.cdi_output_dir, exist_ok=True)
+    inst.installed.mkdir(Path(opts.cdi_output_dir))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "NCT_PROC_ROOT", "NVIDIA_CTK_DEV_ROOT", "LANG")}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:

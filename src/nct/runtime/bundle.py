@@ -3,8 +3,8 @@
 Reads are strict by default, as upstream's decoder is: a top-level field the OCI
 runtime-spec does not define is an error unless `features.allow-unknown-oci-spec-fields`;
 when allowed, unknown fields are kept as they are. Writes are atomic (temp file in the
-bundle, fsync, rename) and keep the original file's mode, so a failed create never leaves
-a half-written spec behind.
+bundle, fsync, rename) and keep the original file's mode and owner, so a failed create
+never leaves a half-written spec behind.
 """
 
 from __future__ import annotations
@@ -55,15 +55,21 @@ def write_spec(path: str, spec: dict) -> None:
     """Replace path with compact JSON atomically; the original survives any failure."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        mode = os.stat(path).st_mode & 0o7777
+        st = os.stat(path)
+        mode, owner = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
     except OSError:
-        mode = 0o644
+        mode, owner = 0o644, None
     data = json.dumps(spec, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=".config.json.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            if owner is not None and owner != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), *owner)
+                except OSError:
+                    pass
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import os
 
-from nct.errors import ConfigError, NctError
+from nct.errors import ConfigError
 from nct.runtime import argv as av
 from nct.runtime import modes
 from nct.runtime.bundle import read_spec, write_spec
@@ -179,5 +179,3 @@ def graphics(spec: dict, cfg, request, log, backend: Backend, env_path: str | No
     log.info("Adding graphics devices and files")
     return backend.graphics_inject(spec, cfg, request, hook_path, log)
 
-
-__all__ = ["Backend", "handle_create", "modify_spec", "NctError"]

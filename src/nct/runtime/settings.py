@@ -10,8 +10,6 @@ is no config file). `create` loads and validates the whole file with
 
 from __future__ import annotations
 
-import os
-
 from nct.config.paths import resolve_config_path
 
 DEFAULT_RUNTIMES = ("runc", "crun")

@@ -1,0 +1,115 @@
+"""Syscall audit (python-ptrace) of the real hook binary, invoked with the real OCI state of a
+runc-created container whose image is hostile (library dir, ld.so.cache and mount targets
+are symlinks to a host victim dir; LD_PRELOAD in its env): no open-for-write, creat, mkdir,
+mknod, symlink, rename, unlink, chmod or mount may touch a path outside the container root,
+the device cgroup files aside. Then runc start runs the configured container."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e.harness import HOOK, bundle_with_hook, mounts_under, needs_e2e, snapshot, venv_bin
+
+pytestmark = [needs_e2e]
+ptrace = pytest.importorskip("ptrace", reason="needs python-ptrace")
+
+HERE = Path(__file__).resolve().parent
+ALLOWED_PREFIXES = ("/sys/fs/cgroup/",)  # devices.allow of the container's cgroup
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+
+
+def inside(path: str | None, rootfs: str) -> bool:
+    return path is not None and (path == rootfs or path.startswith(rootfs + "/"))
+
+
+def target_of(ev: dict, which: str = "") -> str | None:
+    """Host path an event acts on, from the path argument and what its dir fd points at."""
+    path, dirfd = ev.get("path" + which), ev.get("dirfd" + which)
+    if ev["syscall"] in ("fchmod", "fchown"):
+        return ev.get("fd")
+    if path is None:
+        return None
+    if path.startswith("/"):
+        return os.path.normpath(path)
+    if not path:  # fd-relative with AT_EMPTY_PATH (move_mount onto an O_PATH fd)
+        return dirfd
+    return os.path.normpath(os.path.join(dirfd or "?", path))
+
+
+def violations(events: list[dict], rootfs: str) -> list[dict]:
+    bad = []
+    for ev in events:
+        if "error" in ev:
+            bad.append(ev)
+            continue
+        if ev["confined"]:  # root is the container root: it cannot name a host path
+            continue
+        for which in ("", "2") if "path2" in ev else ("",):
+            t = target_of(ev, which)
+            if ev["syscall"] == "mount" and ev.get("path") is None:
+                continue
+            if not (inside(t, rootfs) or (t or "").startswith(ALLOWED_PREFIXES)):
+                bad.append(ev)
+    return bad
+
+
+@pytest.fixture
+def hostile(rootfs, tmp_path):
+    victim = tmp_path / "victim"
+    for d in ("lib", "etc", "bin"):
+        (victim / d).mkdir(parents=True)
+    (victim / "etc/ld.so.cache").write_bytes(b"HOST CACHE")
+    (victim / "bin/nvidia-smi").write_text("host\n")
+    shutil.rmtree(rootfs / LIBDIR)
+    os.symlink(str(victim / "lib"), rootfs / LIBDIR)
+    os.symlink(str(victim / "etc/ld.so.cache"), rootfs / "etc/ld.so.cache")
+    os.symlink(str(victim / "bin/nvidia-smi"), rootfs / "usr/bin/nvidia-smi")
+    return victim
+
+
+def audit(sim_node, rootfs: Path, out: Path, env: list[str], script: str):
+    bundle = bundle_with_hook(rootfs, script, env, hooks={})
+    out.mkdir()
+    res = sim_node.run([sys.executable, str(HERE / "audit_run.py"), str(bundle), str(rootfs), str(out),
+                        venv_bin(HOOK)], timeout=300)
+    assert res.returncode == 0, res.stderr.decode() + (out / "result.json").read_text()
+    result = json.loads((out / "result.json").read_text())
+    trace = json.loads((out / "trace.json").read_text())
+    return result, trace
+
+
+def test_hostile_image_hook_audit(sim_node, rootfs, hostile, tmp_path):
+    before = snapshot(hostile)
+    env = ["NVIDIA_VISIBLE_DEVICES=1", f"LD_PRELOAD={hostile}/lib/libevil.so", f"LD_LIBRARY_PATH={hostile}/lib"]
+    result, trace = audit(sim_node, rootfs, tmp_path / "out", env, "cuda-probe; nvidia-smi -L")
+    assert result["hook_rc"] == 0, (tmp_path / "out/hook.err").read_text()
+    events = trace["events"]
+    assert trace["processes"] >= 3  # the hook, its apply worker, ldconfig
+    kinds = {e["syscall"] for e in events}
+    assert {"move_mount", "mkdirat"} <= kinds or "move_mount" in kinds, kinds
+    assert any(e["exe"] and "ldconfig" in e["exe"] or (e.get("path") or "").endswith("ld.so.cache~")
+               for e in events), "ldconfig was not seen writing the cache"
+    bad = violations(events, str(rootfs))
+    assert bad == [], json.dumps(bad[:5], indent=1)
+    assert snapshot(hostile) == before
+    assert mounts_under(rootfs) == [] and mounts_under(hostile) == []
+    out = (tmp_path / "out/container.out").read_text()
+    assert "cuDriverGetVersion=12040" in out
+    assert sim_node.gpu(1)["uuid"] in out
+
+
+def test_refused_container_is_never_started(sim_node, rootfs, tmp_path):
+    result, trace = audit(sim_node, rootfs, tmp_path / "out", ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=50"],
+                          "echo STARTED")
+    assert result["hook_rc"] == 1
+    assert result["status_after_hook"] == "created" and "start_rc" not in result
+    assert "unsatisfied condition: cuda>=50" in (tmp_path / "out/hook.err").read_text()
+    # planning failed before anything was mounted or written into the container
+    assert [e for e in trace["events"] if inside(target_of(e), str(rootfs))] == []
+    assert (tmp_path / "out/container.out").read_text() == ""

@@ -1,0 +1,171 @@
+"""Runs INSIDE `nct sim run NODE --` (the simulated node at the real paths): generates a CDI
+spec with the real `nvidia-ctk cdi generate`, then starts a container through one engine.
+
+    python inner.py runc SPEC_DIR BUNDLE DEVICE...     inject, runc run, delete
+    python inner.py podman SPEC_FILE WORK DEVICE -- CMD...
+    python inner.py containerd WORK TAR CONFIG -- CMD...
+
+Everything it starts is stopped by pid before it exits (and the mount namespace dies with
+the `nct sim run` process). Output: the container's stdout/stderr, then engine errors."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+VENV_BIN = os.path.dirname(sys.executable)
+HOOK = os.path.join(VENV_BIN, "nvidia-cdi-hook")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def generate(output: str, *extra: str) -> None:
+    subprocess.run([os.path.join(VENV_BIN, "nvidia-ctk"), "cdi", "generate", "--output", output,
+                    "--nvidia-cdi-hook-path", HOOK, *extra], check=True)
+
+
+def run_runc(spec_dir: str, bundle: str, devices: list[str]) -> int:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
+    from nct.cdi.registry import Registry
+    from nct.oci.bundle import load_bundle_spec, write_bundle_spec
+
+    generate(os.path.join(spec_dir, "nvidia.yaml"))
+    spec = load_bundle_spec(bundle)
+    reg = Registry([spec_dir])
+    if reg.errors:
+        print("registry errors:", reg.errors, flush=True)
+    write_bundle_spec(bundle, reg.inject(spec, devices))
+    cid = f"nct-cdigen-{os.getpid()}"
+    state = os.path.join(os.path.dirname(bundle), "runc-state")
+    try:
+        p = subprocess.run(["runc", "--root", state, "run", "--bundle", bundle, cid],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["runc", "--root", state, "delete", "-f", cid], capture_output=True)
+    sys.stdout.write(p.stdout + p.stderr)
+    return p.returncode
+
+
+def _children() -> list[int]:
+    """Pids whose parent is this process (orphans reparent here: we are a subreaper)."""
+    me = os.getpid()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            out.append(int(d))
+    return out
+
+
+def _stop(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def run_podman(spec_file: str, work: str, tar: str, device: str, cmd: list[str]) -> int:
+    generate(spec_file, "--max-cdi-version", "0.5.0")
+    base = ["podman", "--root", os.path.join(work, "root"), "--runroot", os.path.join(work, "runroot"),
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none",
+            "--network-backend", "cni"]
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(work, "config"), XDG_DATA_HOME=os.path.join(work, "data"))
+    subprocess.run(base + ["import", tar, "nct-cdi-test:latest"], check=True, capture_output=True, env=env)
+    p = subprocess.run(base + ["run", "--rm", "--device", device, "--ulimit", "nofile=20000:20000",
+                               "--ulimit", "nproc=32768:32768", "--network", "none", "nct-cdi-test:latest", *cmd],
+                       capture_output=True, text=True, timeout=180, env=env)
+    sys.stdout.write(p.stdout + p.stderr)
+    return p.returncode
+
+
+CONTAINERD_CONFIG = """version = 2
+root = "{work}/root"
+state = "{work}/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "{work}/containerd.sock"
+[ttrpc]
+  address = "{work}/containerd.sock.ttrpc"
+[debug]
+  address = "{work}/debug.sock"
+"""
+
+
+def run_containerd(work: str, tar: str, nct_config: str, cmd: list[str]) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    conf = os.path.join(work, "containerd.toml")
+    with open(conf, "w") as f:
+        f.write(CONTAINERD_CONFIG.format(work=work))
+    sock = os.path.join(work, "containerd.sock")
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=nct_config,
+               PATH=f"{VENV_BIN}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}")
+    log = open(os.path.join(work, "containerd.log"), "w")
+    daemon = subprocess.Popen(["containerd", "--config", conf], stdout=log, stderr=log, env=env)
+    rc = 1
+    try:
+        ctr = ["ctr", "--address", sock, "--namespace", "nct-test"]
+        for _ in range(200):
+            if subprocess.run(ctr + ["version"], capture_output=True).returncode == 0:
+                break
+            if daemon.poll() is not None:
+                print("containerd exited early", flush=True)
+                return 1
+            time.sleep(0.1)
+        r = subprocess.run(ctr + ["image", "import", tar], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("ctr import failed:", r.stdout, r.stderr, flush=True)
+            return 1
+        image = "docker.io/library/nct-cdi-test:latest"
+        p = subprocess.run(ctr + ["run", "--runc-binary", os.path.join(VENV_BIN, "nvidia-container-runtime"),
+                                  "--env", "NVIDIA_VISIBLE_DEVICES=0", "--rm", image, f"nct-{os.getpid()}", *cmd],
+                           capture_output=True, text=True, timeout=180, env=env)
+        sys.stdout.write(p.stdout + p.stderr)
+        rc = p.returncode
+    finally:
+        _stop(daemon.pid)
+        for pid in _children():  # containerd-shim-runc-v2 left behind (reparented to us)
+            _stop(pid)
+        log.close()
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    engine = argv[0]
+    if engine == "runc":
+        return run_runc(argv[1], argv[2], argv[3:])
+    cmd = argv[argv.index("--") + 1:]
+    head = argv[:argv.index("--")]
+    if engine == "podman":
+        return run_podman(head[1], head[2], head[3], head[4], cmd)
+    if engine == "containerd":
+        return run_containerd(head[1], head[2], head[3], cmd)
+    print(f"unknown engine {engine}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
