@@ -3,10 +3,12 @@
 
 Creates one real busybox container with runc (own --root under a temp dir), then times
 `runc state ID` directly and through the shim, alternating, many runs each; reports
-medians, the added milliseconds and the ratio, for two cases: no config.toml (built-in
-defaults) and the default config.toml present (what packages install). Results are
-appended to bench/results.json and compared with the previous entry. Stdlib only; root,
-runc and busybox-static needed.
+medians, the added milliseconds and the ratio, for: no config.toml (built-in defaults),
+the default config.toml present (what packages install), and the same through a
+`python -IS` launcher instead of pip's console-script wrapper. A bare interpreter start
+is timed alongside, to show how much of the cost is Python itself. Results are appended
+to bench/results.json and compared with the previous entry. Stdlib only; root, runc and
+busybox-static needed.
 
     python bench/runtime_passthrough.py [--runs 200] [--shim PATH] [--no-save]
 """
@@ -66,6 +68,20 @@ def interpreter(script: str) -> list[str]:
     return first[2:].split() if first.startswith("#!") else [sys.executable]
 
 
+def make_fast_launcher(shim: str, base: str) -> str:
+    """What a packaged launcher could be: `python -IS` (no site, no user paths, no `re`
+    import as in pip's console-script wrapper) calling the same entry point."""
+    interp = interpreter(shim)[0]
+    where = subprocess.run([interp, "-c", "import nct, os; print(os.path.dirname(os.path.dirname(nct.__file__)))"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    path = os.path.join(base, "nvidia-container-runtime")
+    with open(path, "w") as f:
+        f.write(f"#!{interp} -IS\nimport sys\nsys.path.insert(0, {where!r})\n"
+                "from nct.runtime.main import main\nsys.exit(main())\n")
+    os.chmod(path, 0o755)
+    return path
+
+
 def measure(runc: str, shim: str, root: str, cid: str, env: dict, runs: int) -> dict:
     plain: list[float] = []
     shimmed: list[float] = []
@@ -111,6 +127,9 @@ def main() -> int:
         results["no_config"] = measure(runc, opts.shim, root, cid, env, opts.runs)
         shutil.copy(DEFAULT_CONFIG, os.path.join(xdg, "nvidia-container-runtime", "config.toml"))
         results["default_config"] = measure(runc, opts.shim, root, cid, env, opts.runs)
+        launcher = make_fast_launcher(opts.shim, base)
+        time_runs([launcher, "--root", root, "state", cid], env, 3)
+        results["default_config_isolated_launcher"] = measure(runc, launcher, root, cid, env, opts.runs)
     finally:
         subprocess.run([runc, "--root", root, "delete", "--force", cid],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -125,7 +144,7 @@ def main() -> int:
             history = []
     previous = history[-1] if history else None
     for case, r in results.items():
-        line = (f"{case:15s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
+        line = (f"{case:33s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
                 f"added {r['added_ms']:6.2f} ms  ratio {r['ratio']:.2f}x  "
                 f"[python start {r['python_start_ms']:.2f} ms, shim code {r['shim_own_ms']:.2f} ms]")
         if previous and case in previous.get("results", {}):

@@ -88,17 +88,29 @@ def _stop(pid: int) -> None:
 
 
 def run_podman(spec_file: str, work: str, tar: str, device: str, cmd: list[str]) -> int:
-    generate(spec_file, "--max-cdi-version", "0.5.0")
-    base = ["podman", "--root", os.path.join(work, "root"), "--runroot", os.path.join(work, "runroot"),
-            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none",
-            "--network-backend", "cni"]
+    import shutil
+    import tempfile
+
+    generate(spec_file, "--max-cdi-version", "0.5.0")  # podman 4.3 reads cdiVersion <= 0.5.0
+    # podman wants a short runroot (<= 50 characters): a temp dir of our own, removed after
+    short = tempfile.mkdtemp(prefix="nct-pm-", dir="/tmp")
+    base = ["podman", "--root", os.path.join(work, "root"), "--runroot", short,
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
     env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(work, "config"), XDG_DATA_HOME=os.path.join(work, "data"))
-    subprocess.run(base + ["import", tar, "nct-cdi-test:latest"], check=True, capture_output=True, env=env)
-    p = subprocess.run(base + ["run", "--rm", "--device", device, "--ulimit", "nofile=20000:20000",
-                               "--ulimit", "nproc=32768:32768", "--network", "none", "nct-cdi-test:latest", *cmd],
-                       capture_output=True, text=True, timeout=180, env=env)
-    sys.stdout.write(p.stdout + p.stderr)
-    return p.returncode
+    try:
+        r = subprocess.run(base + ["import", tar, "nct-cdi-test:latest"], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            print("podman import failed:", r.stderr.strip(), flush=True)
+            return 1
+        p = subprocess.run(base + ["run", "--rm", "--device", device, "--ulimit", "nofile=20000:20000",
+                                   "--ulimit", "nproc=32768:32768", "--network", "none", "nct-cdi-test:latest", *cmd],
+                           capture_output=True, text=True, timeout=180, env=env)
+        sys.stdout.write(p.stdout + p.stderr)
+        return p.returncode
+    finally:
+        subprocess.run(base + ["rmi", "-a", "-f"], capture_output=True, env=env)
+        shutil.rmtree(short, ignore_errors=True)
+        os.unlink(spec_file)
 
 
 CONTAINERD_CONFIG = """version = 2
@@ -115,8 +127,6 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 
 
 def run_containerd(work: str, tar: str, nct_config: str, cmd: list[str]) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     conf = os.path.join(work, "containerd.toml")
     with open(conf, "w") as f:
         f.write(CONTAINERD_CONFIG.format(work=work))
@@ -147,22 +157,38 @@ def run_containerd(work: str, tar: str, nct_config: str, cmd: list[str]) -> int:
         rc = p.returncode
     finally:
         _stop(daemon.pid)
-        for pid in _children():  # containerd-shim-runc-v2 left behind (reparented to us)
-            _stop(pid)
         log.close()
     return rc
 
 
+def reap() -> None:
+    """Stop what the engines left behind (containerd shims, conmon: reparented to us as
+    the subreaper) by pid, and collect every exited child so no zombie is left."""
+    for pid in _children():
+        _stop(pid)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def main(argv: list[str]) -> int:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     engine = argv[0]
-    if engine == "runc":
-        return run_runc(argv[1], argv[2], argv[3:])
-    cmd = argv[argv.index("--") + 1:]
-    head = argv[:argv.index("--")]
-    if engine == "podman":
-        return run_podman(head[1], head[2], head[3], head[4], cmd)
-    if engine == "containerd":
-        return run_containerd(head[1], head[2], head[3], cmd)
+    try:
+        if engine == "runc":
+            return run_runc(argv[1], argv[2], argv[3:])
+        cmd = argv[argv.index("--") + 1:]
+        head = argv[:argv.index("--")]
+        if engine == "podman":
+            return run_podman(head[1], head[2], head[3], head[4], cmd)
+        if engine == "containerd":
+            return run_containerd(head[1], head[2], head[3], cmd)
+    finally:
+        reap()
     print(f"unknown engine {engine}", file=sys.stderr)
     return 2
 

@@ -1,6 +1,7 @@
 """Simulated nodes for the CDI generation tests, read without a namespace: discovery gets
-the node's roots through --driver-root and NCT_PROC_ROOT, the simulated NVML its /dev
-through NCT_SIM_ROOT, and config.toml is pinned to a missing file (built-in defaults)."""
+the node's roots through --driver-root and NCT_PROC_ROOT (NVML is queried chrooted into
+the driver root, so the simulated NVML sees the node at the real paths), and config.toml
+is pinned to a missing file (built-in defaults)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def make_node(directory: Path, **kw):
 
 def node_env(node, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
-    env.update(NCT_PROC_ROOT=os.path.join(node.root, "proc"), NCT_SIM_ROOT=node.root,
+    env.update(NCT_PROC_ROOT=os.path.join(node.root, "proc"),
                NVIDIA_CTK_CONFIG_FILE_PATH=os.path.join(node.dir, "no-config.toml"))
+    env.pop("NCT_SIM_ROOT", None)
     env.pop("NVIDIA_CTK_DRIVER_ROOT", None)
     env.pop("NVIDIA_CTK_DEV_ROOT", None)
     env.pop("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH", None)
@@ -45,7 +47,7 @@ def node_env(node, base: dict | None = None) -> dict:
 def set_node_env(monkeypatch, node) -> None:
     for k, v in node_env(node, {}).items():
         monkeypatch.setenv(k, v)
-    for k in ("NVIDIA_CTK_DRIVER_ROOT", "NVIDIA_CTK_DEV_ROOT", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"):
+    for k in ("NCT_SIM_ROOT", "NVIDIA_CTK_DRIVER_ROOT", "NVIDIA_CTK_DEV_ROOT", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"):
         monkeypatch.delenv(k, raising=False)
 
 

@@ -137,9 +137,22 @@ def test_drop_in_rejected_for_docker(tmp_path):
         plan_configure(req(tmp_path / "d.json", drop_in="/etc/docker/x.json"))
 
 
-def test_file_mode_kept(tmp_path):
+def test_file_mode_kept_also_for_backup(tmp_path):
     f = tmp_path / "daemon.json"
     f.write_text("{}")
     f.chmod(0o600)
     configure(f)
     assert f.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "daemon.json.bak").stat().st_mode & 0o777 == 0o600
+
+
+def test_symlinked_config_is_written_through_the_link(tmp_path):
+    real = tmp_path / "configmap" / "daemon.json"
+    real.parent.mkdir()
+    real.write_text("{}")
+    link = tmp_path / "daemon.json"
+    link.symlink_to(real)
+    configure(link)
+    assert link.is_symlink() and "nvidia" in json.loads(real.read_text())["runtimes"]
+    apply(plan_unconfigure(req(link)))
+    assert link.is_symlink() and real.read_text() == "{}"

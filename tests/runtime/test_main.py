@@ -377,3 +377,17 @@ def test_device_request_sources(shim, fake_runtime, make_bundle, sim_node, confi
     assert _gpu_nodes(out) == expected
     assert "/dev/nvidiactl" in {d["path"] for d in out["linux"]["devices"]}
     assert oci_schema_errors(out) == []
+
+
+def test_jit_cdi_imex_channel(shim, fake_runtime, make_bundle, tmp_path):
+    node = tmp_path / "imex-node"
+    r = subprocess.run([entry_point("nct"), "sim", "create", str(node), "--gpus", "1", "--imex-channels", "3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    _sim_config(shim, node)
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=2"]))
+    r = shim.run(["create", "--bundle", str(b), "id"], env=_sim_env(shim, node))
+    assert r.returncode == 0, r.stderr
+    nodes = {d["path"] for d in _spec(b)["linux"]["devices"]}
+    assert "/dev/nvidia-caps-imex-channels/channel2" in nodes
+    assert "/dev/nvidia-caps-imex-channels/channel0" not in nodes

@@ -470,7 +470,7 @@ def _natural(s: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
-def nodes_edits(nodes: list[DeviceNode], no_gids: bool) -> ContainerEdits:
+def nodes_edits(nodes: list[DeviceNode], no_gids: bool = False) -> ContainerEdits:
     """Device node entries as the planner writes them for a spec (full st_mode, rwm, gid,
     additional GID for nodes that are not world read-write)."""
     edits = ContainerEdits()

@@ -32,9 +32,6 @@ class Plan:
     drop_backups: list[str] = field(default_factory=list)
     drop_dirs: list[str] = field(default_factory=list)
 
-    def before(self) -> dict[str, str | None]:
-        return {p: read_text(p) for p in self.files}
-
     def changed(self) -> dict[str, str | None]:
         return {p: t for p, t in self.files.items() if read_text(p) != t}
 
@@ -162,7 +159,7 @@ def apply(plan: Plan) -> list[str]:
             entry = state["files"][path] = {"original": before, "backup": None}
             bak = path + ".bak"
             if path == req.config and before is not None and not os.path.exists(bak):
-                atomic_write(bak, before)
+                atomic_write(bak, before, os.stat(path).st_mode & 0o7777)
                 entry["backup"] = bak
         entry["written"] = digest(text)
     state["changes"] = merge_changes(state.get("changes", {}), plan.changes)

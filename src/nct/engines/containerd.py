@@ -91,8 +91,8 @@ def _apply(doc: Any, version: int, source: Any, req: EngineRequest, where: str, 
         if current_default != req.default_name:
             changes["default"] = previous(current_default)
             te.set_key(te.ensure_table(doc, p["containerd"], where), "default_runtime_name", req.default_name)
-    elif current_default in req.names:
-        changes["default"] = previous(None)
+    elif current_default in req.names:  # upstream: not asked to be default -> stop being it
+        changes["default"] = previous(current_default)
         te.delete_key(doc, p["default"])
     if req.cdi_enabled:
         current = te.plain(te.get(doc, p["cdi"], where))
@@ -110,13 +110,12 @@ def configure(req: EngineRequest, main_text: str | None, source_text: str | None
     src_where = f"{req.executable_path or 'containerd'} config dump" if source_text is not None else main_path
     source = te.parse(source_text, src_where) if source_text is not None else main
     version = version_of(main, main_path) or version_of(source, src_where) or 2
-    if version not in CRI:
-        version = 2
     if not req.drop_in or version == 1:
         if len(main) == 0:
             main.add("version", version)
         changes = _apply(main, version, source, req, main_path, src_where)
-        return Edit(files={main_path: _keep(main_text, te.dumps_like(main, main_text), changes)}, primary=main_path, changes=changes)
+        new = _keep(main_text, te.dumps_like(main, main_text), changes)
+        return Edit(files={main_path: new}, primary=main_path, changes=changes)
 
     drop_path = req.drop_in
     drop = te.parse(drop_in_text or "", drop_path)
@@ -166,7 +165,7 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
             if name in runtimes:
                 touched = True
                 if prev is None:
-                    del runtimes[name]
+                    te.remove_table(runtimes, name)
                 else:
                     te.put_table(runtimes, name, prev)
         te.prune_empty(doc, p["runtimes"])

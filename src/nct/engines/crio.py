@@ -67,7 +67,7 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
             if name in runtimes:
                 touched = True
                 if prev is None:
-                    del runtimes[name]
+                    te.remove_table(runtimes, name)
                 else:
                     te.put_table(runtimes, name, prev)
         te.prune_empty(doc, RUNTIMES)

@@ -44,7 +44,11 @@ def made_dirs(path: str) -> list[str]:
 
 def atomic_write(path: str, text: str, mode: int | None = None) -> None:
     """Write via a temp file in the same directory and os.replace: readers see the old or
-    the new file, never half of one.  An existing file's mode is kept."""
+    the new file, never half of one.  An existing file's mode is kept, and a symlinked
+    config (e.g. into a ConfigMap or /etc/alternatives) is written at its target, so the
+    link survives.  These are the host's own engine files, never a container's."""
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if mode is None:
         try:

@@ -176,9 +176,10 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     errors: list[str] = []
     if inst.engine_configured:
         try:
-            if apply(plan_unconfigure(engine_request(opts))):
-                inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
+            changed = apply(plan_unconfigure(engine_request(opts)))
             inst.log.append(f"restored {opts.engine} configuration")
+            if changed:
+                inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
         except NctError as e:
             errors.append(str(e))
     if inst.cdi_spec:
@@ -214,14 +215,14 @@ def _echo(msg: str) -> None:
 @click.option("--nvidia-runtime-name", "runtime_name", default="nvidia", show_default=True)
 @click.option("--python", default=None, help="Interpreter for the installed commands (default: this one's).")
 @click.option("--no-daemon", is_flag=True, help="Exit after setup instead of waiting for SIGTERM.")
-@click.option("--uninstall", is_flag=True, help="Undo an earlier --no-daemon install in --toolkit-root.")
+@click.option("--uninstall", "undo", is_flag=True, help="Undo an earlier --no-daemon install in --toolkit-root.")
 def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_output_dir, config, drop_in,
-                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, python, no_daemon, uninstall):
+                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, python, no_daemon, undo):
     """Install nct into a toolkit directory and configure a container engine."""
     try:
-        if uninstall:
+        if undo:
             inst = Installation.load(toolkit_root)
-            globals()["uninstall"](inst)
+            uninstall(inst)
             for line in inst.log:
                 _echo(line)
             return
@@ -243,7 +244,7 @@ def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_
         sig = signal.sigwait(waited)
         _echo(f"got {signal.Signals(sig).name}; restoring")
         inst.log.clear()
-        globals()["uninstall"](inst)
+        uninstall(inst)
         for line in inst.log:
             _echo(line)
     except NctError as e:

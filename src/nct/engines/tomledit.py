@@ -7,7 +7,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import ParseError, TOMLKitError
-from tomlkit.items import Table
+from tomlkit.items import Comment, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
 from nct.errors import EngineConfigError
@@ -61,8 +61,12 @@ def set_key(table: Any, key: str, value: Any) -> bool:
     """Set a scalar key keeping its comment; a new key gets its siblings' indentation.
     Returns True when the file changes."""
     if key in table:
-        if plain(table[key]) == value:
+        current = table[key]
+        if plain(current) == value:
             return False
+        literal = getattr(getattr(current, "type", None), "name", "") == "SLL"
+        if literal and isinstance(value, str) and "'" not in value and "\n" not in value:
+            value = tomlkit.string(value, literal=True)  # keep the operator's quoting style
         table[key] = value
         return True
     indent = _key_indent(table)
@@ -103,9 +107,73 @@ def put_table(parent: Any, key: str, data: dict, like: Any = None) -> None:
     step = keys[len(header):] if keys.startswith(header) else ""
     table = _build(data)
     if key in parent:
-        del parent[key]
+        remove_table(parent, key)
+    before = _last_leaf(parent)
     parent.add(key, table)
-    _layout(_items(parent).item(key), header, keys, step, first=True)
+    added = _items(parent).item(key)
+    moved = _take_trailing_comments(before) if before is not None and before is not added else []
+    _layout(added, header, keys, step, first=not moved)
+    if moved:
+        _append_tail(_last_leaf(added), moved)
+
+
+def remove_table(parent: Any, key: str) -> None:
+    """Delete `parent[key]`; comment lines at its end go back to the table before it (the
+    reverse of put_table handing them over)."""
+    item = parent[key]
+    tail = _take_trailing_comments(_last_leaf(item)) if isinstance(item, Table) else []
+    body = _items(parent).body
+    index = next((i for i, (k, _) in enumerate(body) if k is not None and k.key == key), None)
+    receiver = None
+    if index is not None:
+        for _, prev in reversed(body[:index]):
+            if isinstance(prev, Table):
+                receiver = _last_leaf(prev) or prev
+                break
+    del parent[key]
+    if tail:
+        receiver = receiver or _last_leaf(parent)
+        if receiver is not None:
+            _append_tail(receiver, tail)
+
+
+def _append_tail(table: Table, tail: list) -> None:
+    """End `table` with `tail` (blank lines and comments) instead of its own blank lines."""
+    body = table.value.body
+    while body and body[-1][0] is None and isinstance(body[-1][1], Whitespace):
+        body.pop()
+    body.extend(tail)
+
+
+def _last_leaf(table: Any) -> Table | None:
+    """The table whose body ends where a table appended to `table` would start."""
+    try:
+        body = _items(table).body
+    except AttributeError:
+        return None
+    for _, item in reversed(body):
+        if isinstance(item, (Comment, Whitespace)):
+            continue
+        if isinstance(item, Table):
+            return _last_leaf(item) or item
+        break
+    return table if isinstance(table, Table) else None
+
+
+def _take_trailing_comments(table: Table | None) -> list:
+    """Comment lines ending a table usually introduce what follows it: hand them over so
+    they stay right above the section they describe, below our new table."""
+    if table is None:
+        return []
+    body = table.value.body
+    i = len(body)
+    while i > 0 and body[i - 1][0] is None and isinstance(body[i - 1][1], (Comment, Whitespace)):
+        i -= 1
+    tail = body[i:]
+    if not any(isinstance(item, Comment) for _, item in tail):
+        return []
+    del body[i:]
+    return tail
 
 
 def _build(data: dict) -> Table:

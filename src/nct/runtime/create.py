@@ -34,10 +34,15 @@ class Backend:
     def tegra(self, cfg) -> bool:
         return modes.is_tegra(cfg.nvidia_container_cli.root or "/")
 
-    def node(self, cfg):
-        from nct.driver.discover import discover_node, roots_from_config
+    _node = None
 
-        return discover_node(roots_from_config(cfg))
+    def node(self, cfg):
+        """The node's driver state, discovered once per create."""
+        if self._node is None:
+            from nct.driver.discover import discover_node, roots_from_config
+
+            self._node = discover_node(roots_from_config(cfg))
+        return self._node
 
     def jit_inject(self, spec: dict, cfg, request, hook_path: str, log) -> dict:
         """Plan the requested devices from our own discovery and apply them to `spec`

@@ -51,6 +51,7 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
 
         settings = read_settings(env)
         log = Logger.setup(settings.debug, settings.log_level, av.log_args(args))
+        log.trace(f"Command line arguments: {args}")
         runtime = find_runtime(settings.runtimes, env.get("PATH"), self_path=argv[0] if argv else None)
         log.debug(f"Using low-level runtime {runtime}")
         if av.is_create(args):

@@ -38,7 +38,7 @@ def create_node(
     directory: str | os.PathLike,
     gpus: int = 1,
     driver_version: str = DEFAULT_DRIVER_VERSION,
-    mig: str | None = None,
+    mig: str | int | dict[int, int] | None = None,
     *,
     cuda_version: str = DEFAULT_CUDA_VERSION,
     arch: str = "x86_64",
@@ -47,7 +47,12 @@ def create_node(
     lib32: bool | None = None,
 ) -> SimNode:
     """Build a simulated node in `directory` (absent or empty) and return its description.
-    The tree is built next to it and renamed into place, so a failure leaves nothing."""
+    The tree is built next to it and renamed into place, so a failure leaves nothing.
+    `mig` is a --mig SPEC string, a count for every GPU, or {gpu index: count}."""
+    if isinstance(mig, dict):
+        mig = ",".join(f"{g}:{n}" for g, n in mig.items()) or None
+    elif isinstance(mig, int) and not isinstance(mig, bool):
+        mig = str(mig)
     directory = os.path.abspath(os.fspath(directory))
     if not isinstance(gpus, int) or isinstance(gpus, bool):
         raise SimError(f"invalid --gpus {gpus!r}: must be an integer 0..64")

@@ -8,8 +8,9 @@
  *     `nct sim create`), used when the proc tree is absent, e.g. in a CDI container whose
  *     fresh procfs has no /proc/driver/nvidia.
  * Either way a GPU is visible only when /dev/nvidia<minor> exists in the caller's view
- * and opening it is not refused (a device cgroup denial gives EPERM), and a MIG device only
- * when both of its /dev/nvidia-caps nodes pass the same test. $NCT_SIM_ROOT, when set,
+ * as character device 195:<minor> and opening it is not refused (a device cgroup denial
+ * gives EPERM), and a MIG device only when both of its /dev/nvidia-caps nodes pass the
+ * same test (minor checked; the caps major is dynamic). $NCT_SIM_ROOT, when set,
  * prefixes the /proc/driver and /dev paths (tests without a mount namespace).
  */
 #ifndef NCT_SIMNODE_H
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define SIM_MAX_GPUS 64
@@ -59,13 +61,16 @@ static void sim_path(char *out, size_t n, const char *path) {
     snprintf(out, n, "%s%s", sim_root(), path);
 }
 
-/* A node is usable when it exists and opening it is not refused. A simulated node on a
- * machine without the driver answers ENXIO/ENODEV: that counts as present. */
-static int sim_node_usable(const char *path) {
+/* A node is usable when it is the expected character device (major < 0: any major) and
+ * opening it is not refused. A simulated node on a machine without the driver answers
+ * ENXIO/ENODEV: that counts as present. */
+static int sim_node_usable(const char *path, int want_major, int want_minor) {
     char full[512];
     struct stat st;
     sim_path(full, sizeof full, path);
     if (stat(full, &st) != 0 || !S_ISCHR(st.st_mode))
+        return 0;
+    if ((want_major >= 0 && (int)major(st.st_rdev) != want_major) || (int)minor(st.st_rdev) != want_minor)
         return 0;
     int fd = open(full, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd >= 0) {
@@ -196,7 +201,7 @@ static int sim_read_trailer(void *self, sim_gpu *gpus, int max) {
  * count, or -1 when the driver is not there. */
 static int sim_load(void *self, sim_gpu *gpus, int max) {
     sim_gpu all[SIM_MAX_GPUS];
-    if (!sim_node_usable("/dev/nvidiactl")) return -1;
+    if (!sim_node_usable("/dev/nvidiactl", 195, 255)) return -1;
     int n = sim_read_proc(all, SIM_MAX_GPUS);
     if (n < 0) n = sim_read_trailer(self, all, SIM_MAX_GPUS);
     if (n < 0) return -1;
@@ -205,7 +210,7 @@ static int sim_load(void *self, sim_gpu *gpus, int max) {
     for (int i = 0; i < n && out < max; i++) {
         char p[64];
         snprintf(p, sizeof p, "/dev/nvidia%u", all[i].minor);
-        if (!sim_node_usable(p)) continue;
+        if (!sim_node_usable(p, 195, (int)all[i].minor)) continue;
         sim_gpu *g = &gpus[out++];
         *g = all[i];
         g->n_migs = 0;
@@ -213,7 +218,8 @@ static int sim_load(void *self, sim_gpu *gpus, int max) {
             char a[64], b[64];
             snprintf(a, sizeof a, "/dev/nvidia-caps/nvidia-cap%u", all[i].migs[j].gi_minor);
             snprintf(b, sizeof b, "/dev/nvidia-caps/nvidia-cap%u", all[i].migs[j].ci_minor);
-            if (sim_node_usable(a) && sim_node_usable(b)) g->migs[g->n_migs++] = all[i].migs[j];
+            if (sim_node_usable(a, -1, (int)all[i].migs[j].gi_minor) &&
+                sim_node_usable(b, -1, (int)all[i].migs[j].ci_minor)) g->migs[g->n_migs++] = all[i].migs[j];
         }
         if (g->mig_mode && g->max_migs == 0) g->max_migs = 7;
     }

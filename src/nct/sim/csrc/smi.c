@@ -93,6 +93,11 @@ int main(int argc, char **argv) {
     int cuda = 0;
     ((fn_i)sym("nvmlSystemGetCudaDriverVersion"))(&cuda);
 
+    if (count == 0 && !query) {
+        printf("No devices were found\n");
+        ((fn_v)sym("nvmlShutdown"))();
+        return 6;
+    }
     if (query) {
         char *q = strdup(query), *save = NULL;
         char *names[16];
@@ -147,7 +152,6 @@ int main(int argc, char **argv) {
     }
     if (!list) {
         printf("+-----------------------------------------+------------------------+----------------------+\n");
-        if (count == 0) printf("No devices were found\n");
     }
     ((fn_v)sym("nvmlShutdown"))();
     return 0;

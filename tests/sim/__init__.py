@@ -1,0 +1,1 @@
+"""Tests of the simulated GPU node (nct sim)."""
