@@ -4,6 +4,7 @@ Correctness only; the timings are in bench/cdi_bench.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -66,14 +67,15 @@ def test_injection_of_big_specs(nodes, monkeypatch, tmp_path, shape):
     (d / "nvidia.json").write_text(json.dumps(spec))
     reg = Registry([str(d)])
     assert reg.errors == []
-    out = reg.inject(_runc_spec(tmp_path), ["nvidia.com/gpu=all"])
+    base = _runc_spec(tmp_path)
+    out = reg.inject(copy.deepcopy(base), ["nvidia.com/gpu=all"])
     assert oci_schema_errors(out) == []
     paths = [x["path"] for x in out["linux"]["devices"]]
     assert len(paths) == len(set(paths))
     assert sum(p.startswith("/dev/nvidia") and p[11:].isdigit() for p in paths) == len(n.gpus)
     allow = [r for r in out["linux"]["resources"]["devices"] if r.get("allow")]
     assert len(allow) >= len(paths)
-    one = reg.inject(_runc_spec(tmp_path), [f"nvidia.com/gpu={spec['devices'][-2]['name']}"])
+    one = reg.inject(base, [f"nvidia.com/gpu={spec['devices'][-2]['name']}"])
     assert len(one["linux"]["devices"]) < len(paths)
 
 

@@ -4,6 +4,7 @@ reloaded, and everything undone on SIGTERM (daemon.json back to its original byt
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -193,3 +194,25 @@ def test_install_with_cdi_writes_spec_and_enables_cdi(tmp_path):
     r = nct("install", "--toolkit-root", str(root), "--uninstall")
     assert r.returncode == 0, r.stderr
     assert cfg.read_text() == ORIGINAL and not cdi.exists() and not root.exists()
+
+
+@pytest.mark.skipif(not shutil.which("containerd"), reason="needs containerd")
+def test_install_for_containerd_seen_by_config_dump(tmp_path):
+    default = subprocess.run(["containerd", "config", "default"], capture_output=True, text=True, check=True).stdout
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(default)
+    root = tmp_path / "toolkit"
+    r = nct("install", "--toolkit-root", str(root), "--runtime", "containerd", "--config", str(cfg),
+            "--drop-in-config", str(tmp_path / "conf.d/99-nvidia.toml"), "--set-as-default", "--no-daemon",
+            "--restart-mode", "none", "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+    assert r.returncode == 0, r.stderr
+    dump = subprocess.run(["containerd", "--config", str(cfg), "config", "dump"], capture_output=True, text=True)
+    assert dump.returncode == 0, dump.stderr
+    ctd = tomllib.loads(dump.stdout)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert ctd["default_runtime_name"] == "nvidia"
+    for name, binary in (("nvidia", "nvidia-container-runtime"), ("nvidia-cdi", "nvidia-container-runtime.cdi"),
+                         ("nvidia-legacy", "nvidia-container-runtime.legacy")):
+        assert ctd["runtimes"][name]["options"]["BinaryName"] == str(root / binary)
+        assert os.access(root / binary, os.X_OK)
+    assert nct("install", "--toolkit-root", str(root), "--uninstall").returncode == 0
+    assert cfg.read_text() == default and not (tmp_path / "conf.d").exists() and not root.exists()

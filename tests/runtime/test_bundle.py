@@ -26,8 +26,8 @@ def test_strict_rejects_unknown_top_level_field(tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("{", "invalid JSON"),
     ("[]", "must be a JSON object"),
-    ('{"ociVersion": "1", "process": []}', "process must be a JSON object"),
-    ('{"ociVersion": "1", "mounts": {}}', "mounts must be a JSON array"),
+    ('{"ociVersion": "1", "process": []}', "process must be an object"),
+    ('{"ociVersion": "1", "mounts": {}}', "mounts must be an array"),
 ])
 def test_bad_json_is_one_line(tmp_path, text, match):
     path = _write(tmp_path / "config.json", text)
@@ -37,7 +37,7 @@ def test_bad_json_is_one_line(tmp_path, text, match):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SpecError, match="not found"):
+    with pytest.raises(SpecError, match="no such file"):
         read_spec(str(tmp_path / "config.json"))
 
 
@@ -60,7 +60,8 @@ def test_failed_write_leaves_original(tmp_path, monkeypatch):
     def boom(*a):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bundle.os, "replace", boom)
+    import nct.fileio
+    monkeypatch.setattr(nct.fileio.os, "replace", boom)
     with pytest.raises(SpecError, match="No space left"):
         write_spec(path, {"ociVersion": "new"})
     assert p.read_text() == '{"ociVersion": "orig"}' and os.stat(path).st_ino == inode

@@ -86,7 +86,7 @@ def test_bundle_flag_without_value(shim, fake_runtime):
 @pytest.mark.parametrize("content, needle", [
     ("{not json", "invalid JSON"),
     (json.dumps({"ociVersion": "1.0.2", "bogus": 1}), "unknown field 'bogus'"),
-    (None, "not found"),
+    (None, "no such file"),
 ])
 def test_bad_spec_fails_before_runtime(shim, fake_runtime, tmp_path, content, needle):
     b = tmp_path / "b"

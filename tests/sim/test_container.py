@@ -12,7 +12,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
 
 from .conftest import needs_busybox, needs_gcc, needs_root, needs_runc, sim_run
 

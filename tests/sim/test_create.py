@@ -150,6 +150,18 @@ def test_cuda_driver_version_via_ctypes(node8):
     assert lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value == 12040
 
 
+def test_nvml_reads_the_node_in_place(node8):
+    """Loaded from DIR/root/usr/lib/..., the library takes DIR/root as the node's root (like a
+    driver root), so NVML works on the node without a namespace or any setting."""
+    lib = Path(node8.root, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    code = ("import ctypes, sys, pynvml as p; p.nvmlLib = ctypes.CDLL(sys.argv[1]); p.nvmlInit(); "
+            "print(' '.join(p.nvmlDeviceGetUUID(p.nvmlDeviceGetHandleByIndex(i)) for i in range(p.nvmlDeviceGetCount())))")
+    out = subprocess.run([os.sys.executable, "-c", code, str(lib)], capture_output=True, text=True)
+    if "No module named 'pynvml'" in out.stderr:
+        pytest.skip("needs nvidia-ml-py")
+    assert out.stdout.split() == [g.uuid for g in node8.gpus], out.stderr
+
+
 def test_nvml_and_cuda_with_sim_root_env(node8):
     """Without a namespace, $NCT_SIM_ROOT points the simulated driver at the node."""
     libdir = Path(node8.root, "usr/lib/x86_64-linux-gnu")

@@ -9,11 +9,15 @@ import os
 import sys
 from pathlib import Path
 
+
+import importlib.util
+
 import pytest
 
 from .conftest import nct, needs_gcc, needs_root, sim_run
 
 pytestmark = [needs_root, needs_gcc]
+needs_pynvml = pytest.mark.skipif(importlib.util.find_spec("pynvml") is None, reason="needs nvidia-ml-py")
 
 PYNVML_LIST = r"""
 import json, pynvml as p
@@ -71,6 +75,7 @@ def test_nvidia_smi_table_and_query(node1):
     assert q == f"0, {node1.gpus[0].uuid}, 00000000:07:00.0\n"
 
 
+@needs_pynvml
 def test_pynvml_sees_every_gpu(node8):
     out = pynvml_list(node8)
     assert out["driver"] == "550.54.15" and out["cuda"] == 12040
@@ -83,6 +88,7 @@ def test_pynvml_sees_every_gpu(node8):
     assert all(m["is_mig"] == 1 and m["parent"] == node8.gpus[1].uuid for m in migs)
 
 
+@needs_pynvml
 def test_pynvml_lists_only_gpus_whose_nodes_exist(node8):
     # /dev is a private overlay inside `sim run`: removing nodes there hides them from NVML only
     out = pynvml_list(node8, "rm /dev/nvidia1 /dev/nvidia5 &&")
@@ -97,6 +103,7 @@ def test_node_masked_by_another_device_is_not_a_gpu(node8):
     assert node8.gpus[0].uuid not in r.stdout and node8.gpus[1].uuid in r.stdout
 
 
+@needs_pynvml
 def test_mig_device_hidden_without_its_caps_node(node8):
     m = node8.gpus[2].migs[3]
     out = pynvml_list(node8, f"rm /dev/nvidia-caps/nvidia-cap{m.ci_minor} &&")

@@ -387,7 +387,7 @@ def _yaml_dump(doc: dict) -> str:
 def save_spec(spec: dict, path: str, *, fmt: str | None = None, set_version: bool = True) -> str:
     """Validate and atomically write a spec (mode 0644); returns the path written.
     `set_version` rewrites cdiVersion to the minimum the content needs."""
-    from nct.oci.fileio import atomic_write
+    from nct.fileio import atomic_write
 
     path, fmt = format_for_path(path, fmt)
     if set_version:

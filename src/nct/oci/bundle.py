@@ -10,7 +10,7 @@ import json
 import os
 
 from nct.errors import SpecError
-from nct.oci.fileio import atomic_write
+from nct.fileio import atomic_write
 
 CONFIG_NAME = "config.json"
 

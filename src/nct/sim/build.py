@@ -129,6 +129,7 @@ def build_artifacts(driver_version: str, cuda_code: int, lib32: bool) -> Path:
     root = _cache_root()
     final = root / _key(driver_version, cuda_code, lib32)
     if (final / "complete").exists():
+        os.utime(final)
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
@@ -145,4 +146,13 @@ def build_artifacts(driver_version: str, cuda_code: int, lib32: bool) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _prune(root, keep=final)
     return final
+
+
+def _prune(root: Path, keep: Path, limit: int = 8) -> None:
+    """Drop the least recently used builds beyond `limit` (other versions, old sources)."""
+    builds = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in builds[limit - 1:]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from nct.driver import catalogue
 from nct.sim import layout
 from nct.sim.build import TOOLS, build_artifacts, gcc_supports_m32, library_builds
-from nct.sim.model import DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, SimError, SimGpu, SimNode
+from nct.sim.model import DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, SimError, SimNode
 
 LIB64_DIR = "/usr/lib/x86_64-linux-gnu"
 LIB32_DIR = "/usr/lib/i386-linux-gnu"

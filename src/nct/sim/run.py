@@ -68,7 +68,7 @@ def _unescape(path: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as octal."""
     out, i = [], 0
     while i < len(path):
-        if path[i] == "\\" and i + 3 < len(path) + 0 and path[i + 1:i + 4].isdigit():
+        if path[i] == "\\" and i + 3 < len(path) and path[i + 1:i + 4].isdigit():
             out.append(chr(int(path[i + 1:i + 4], 8)))
             i += 4
         else:

@@ -10,8 +10,8 @@
  * Either way a GPU is visible only when /dev/nvidia<minor> exists in the caller's view
  * as character device 195:<minor> and opening it is not refused (a device cgroup denial
  * gives EPERM), and a MIG device only when both of its /dev/nvidia-caps nodes pass the
- * same test (minor checked; the caps major is dynamic). $NCT_SIM_ROOT, when set,
- * prefixes the /proc/driver and /dev paths (tests without a mount namespace).
+ * same test (minor checked; the caps major is dynamic). /proc/driver and /dev paths are
+ * taken under the node's root (see sim_set_root).
  */
 #ifndef NCT_SIMNODE_H
 #define NCT_SIMNODE_H
@@ -52,9 +52,36 @@ typedef struct sim_gpu {
     int have_minor;
 } sim_gpu;
 
-static const char *sim_root(void) {
-    const char *r = getenv("NCT_SIM_ROOT");
-    return (r && *r) ? r : "";
+static char sim_root_buf[4096];
+
+static const char *sim_root(void) { return sim_root_buf; }
+
+/* The node's root: $NCT_SIM_ROOT, else the prefix P of this library's own path when it is
+ * P/usr/lib/<multiarch>/lib... and P/proc/driver/nvidia exists (a node read in place, like a
+ * driver root), else "" (the node is at the real paths, e.g. inside `nct sim run`). */
+static void sim_set_root(void *self) {
+    const char *env = getenv("NCT_SIM_ROOT");
+    Dl_info info;
+    sim_root_buf[0] = 0;
+    if (env && *env) {
+        snprintf(sim_root_buf, sizeof sim_root_buf, "%s", env);
+        return;
+    }
+    if (!dladdr(self, &info) || !info.dli_fname || info.dli_fname[0] != '/') return;
+    static const char *dirs[] = {"/usr/lib/x86_64-linux-gnu/", "/usr/lib/i386-linux-gnu/",
+                                 "/lib/x86_64-linux-gnu/", "/lib/i386-linux-gnu/"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        const char *at = strstr(info.dli_fname, dirs[i]);
+        if (!at || at == info.dli_fname || strchr(at + strlen(dirs[i]), '/')) continue;
+        char probe[4096];
+        struct stat st;
+        int n = (int)(at - info.dli_fname);
+        snprintf(probe, sizeof probe, "%.*s/proc/driver/nvidia", n, info.dli_fname);
+        if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(sim_root_buf, sizeof sim_root_buf, "%.*s", n, info.dli_fname);
+            return;
+        }
+    }
 }
 
 static void sim_path(char *out, size_t n, const char *path) {
@@ -201,6 +228,7 @@ static int sim_read_trailer(void *self, sim_gpu *gpus, int max) {
  * count, or -1 when the driver is not there. */
 static int sim_load(void *self, sim_gpu *gpus, int max) {
     sim_gpu all[SIM_MAX_GPUS];
+    sim_set_root(self);
     if (!sim_node_usable("/dev/nvidiactl", 195, 255)) return -1;
     int n = sim_read_proc(all, SIM_MAX_GPUS);
     if (n < 0) n = sim_read_trailer(self, all, SIM_MAX_GPUS);
