@@ -242,3 +242,14 @@ def test_load_node_errors(tmp_path):
     (tmp_path / "node.json").write_text("{garbage")
     with pytest.raises(SimError, match="invalid simulated node description"):
         load_node(tmp_path)
+
+
+def test_cli_create_json_and_show(tmp_path):
+    r = nct("sim", "create", str(tmp_path / "n"), "--gpus", "2", "--mig", "0:1", "--no-lib32", "--json", "--seed", "x")
+    assert r.returncode == 0, r.stderr
+    made = json.loads(r.stdout)
+    assert made["gpus"][0]["migs"][0]["profile"] == "7g.40gb" and made["seed"] == "x"
+    shown = nct("sim", "show", str(tmp_path / "n"), check=True)
+    assert json.loads(shown.stdout) == made
+    again = create_node(tmp_path / "m", gpus=2, mig={0: 1}, seed="x", lib32=False)
+    assert [g.uuid for g in again.gpus] == [g["uuid"] for g in made["gpus"]]  # deterministic per seed

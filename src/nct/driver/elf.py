@@ -38,7 +38,6 @@ def native_machine() -> str:
 def read_elf(path: str) -> ElfInfo:
     """Header facts of an ELF file; raises NotElf with a short reason otherwise."""
     from elftools.common.exceptions import ELFError  # lazy: hot paths never import pyelftools
-    from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
 
     try:
@@ -48,9 +47,11 @@ def read_elf(path: str) -> ElfInfo:
             f.seek(0)
             elf = ELFFile(f)
             soname, needed = None, []
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    for tag in section.iter_tags():
+            # The PT_DYNAMIC segment, not the section table: the loader only looks there,
+            # and parsing a few program headers is far cheaper than every section header.
+            for segment in elf.iter_segments():
+                if segment["p_type"] == "PT_DYNAMIC":
+                    for tag in segment.iter_tags():
                         if tag.entry.d_tag == "DT_SONAME":
                             soname = tag.soname
                         elif tag.entry.d_tag == "DT_NEEDED":
