@@ -25,11 +25,12 @@ def main() -> int:
     hook_args = sys.argv[5:]
     cid = "nct-audit-" + uuid.uuid4().hex[:8]
     result: dict = {}
+    # The container keeps runc create's stdio: files, never pipes we would wait on.
     with open(os.path.join(out, "container.out"), "wb") as cout:
         r = subprocess.run(["runc", "create", "--bundle", bundle, cid], stdin=subprocess.DEVNULL, stdout=cout,
-                           stderr=subprocess.PIPE)
+                           stderr=cout)
     if r.returncode != 0:
-        result["create_error"] = r.stderr.decode()
+        result["create_error"] = open(os.path.join(out, "container.out")).read()
         json.dump(result, open(os.path.join(out, "result.json"), "w"))
         return 1
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -253,3 +254,13 @@ def test_cli_create_json_and_show(tmp_path):
     assert json.loads(shown.stdout) == made
     again = create_node(tmp_path / "m", gpus=2, mig={0: 1}, seed="x", lib32=False)
     assert [g.uuid for g in again.gpus] == [g["uuid"] for g in made["gpus"]]  # deterministic per seed
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
+def test_non_root_gets_one_line_error(tmp_path):
+    os.chmod(tmp_path, 0o777)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        os.path.join(os.path.dirname(os.sys.executable), "nct"), "sim", "create",
+                        str(tmp_path / "n"), "--gpus", "1"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr == "nct: creating a simulated node needs root (device nodes are made with mknod)\n"
+    assert not (tmp_path / "n").exists()

@@ -175,3 +175,11 @@ def test_host_untouched(node8):
     after = _snapshot()
     assert after == before
     assert os.listdir(Path(node8.dir, ".run")) == []
+
+
+def test_node_dir_with_overlay_separators(sim_tmp):
+    from nct.sim.node import create_node
+
+    node = create_node(sim_tmp / "odd:name,here", gpus=1, lib32=False)
+    r = sim_run(node.dir, "nvidia-smi", "-L")
+    assert r.stdout == f"GPU 0: {node.gpus[0].model} (UUID: {node.gpus[0].uuid})\n"

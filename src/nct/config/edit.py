@@ -10,7 +10,6 @@ writes it in the default file: as the commented suggestion ("#no-cgroups = false
 from __future__ import annotations
 
 import os
-import tempfile
 from importlib import resources
 
 import tomlkit
@@ -274,28 +273,12 @@ def render(doc: tomlkit.TOMLDocument, source: str | None = None) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace `path` atomically (temp file in the same dir + rename); keeps the old
-    file's permission bits, 0644 for a new file; the original is untouched on error."""
-    directory = os.path.dirname(os.path.abspath(path))
+    """Replace `path` atomically (nct.fileio); keeps the old file's permission bits, 0644
+    for a new file; the original is untouched on error."""
+    from nct.fileio import atomic_write
+
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-        fd, tmp = tempfile.mkstemp(prefix=".nct-", suffix=".toml", dir=directory)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+        atomic_write(path, text.encode("utf-8"))
     except OSError as e:
-        raise ConfigError(f"{path}: cannot write config file: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise ConfigError(f"{path}: cannot write config file: {e.strerror or e}") from None

@@ -8,7 +8,6 @@ import difflib
 import hashlib
 import json
 import os
-import tempfile
 
 from nct.errors import EngineConfigError
 
@@ -43,31 +42,16 @@ def made_dirs(path: str) -> list[str]:
 
 
 def atomic_write(path: str, text: str, mode: int | None = None) -> None:
-    """Write via a temp file in the same directory and os.replace: readers see the old or
-    the new file, never half of one.  An existing file's mode is kept, and a symlinked
-    config (e.g. into a ConfigMap or /etc/alternatives) is written at its target, so the
-    link survives.  These are the host's own engine files, never a container's."""
+    """nct.fileio.atomic_write for engine files: a symlinked config (e.g. into a ConfigMap
+    or /etc/alternatives) is written at its target so the link survives.  These are the
+    host's own engine files, never a container's."""
+    from nct.fileio import atomic_write as write_bytes
+
     if os.path.islink(path):
         path = os.path.realpath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".nct-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        write_bytes(path, text.encode("utf-8"), mode=mode)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise EngineConfigError(f"{path}: cannot write: {e.strerror or e}") from None
 
 

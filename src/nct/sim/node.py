@@ -72,7 +72,7 @@ def create_node(
         if os.listdir(directory):
             raise SimError(f"{directory}: directory exists and is not empty")
     if os.geteuid() != 0:
-        raise SimError("nct sim create must run as root (it creates device nodes with mknod)")
+        raise SimError("creating a simulated node needs root (device nodes are made with mknod)")
     if lib32 is None:
         lib32 = gcc_supports_m32()
     artifacts = build_artifacts(driver_version, code, lib32)

@@ -92,6 +92,11 @@ def submounts(target: str) -> list[str]:
     return top
 
 
+def _esc(path: str) -> str:
+    """Escape a path for overlayfs options (it splits on ':' and ',')."""
+    return path.replace("\\", "\\\\").replace(":", "\\:").replace(",", "\\,")
+
+
 def _overlay(target: str, lower: str, scratch: str, tag: str) -> None:
     """Mount lower-over-target as a writable overlay on target, keeping its submounts."""
     old = os.path.join(scratch, f"old-{tag}")
@@ -101,7 +106,7 @@ def _overlay(target: str, lower: str, scratch: str, tag: str) -> None:
     subs = submounts(target)
     if subs:
         mount(target, old, None, MS_BIND | MS_REC)
-    opts = f"lowerdir={lower}:{target},upperdir={upper},workdir={work}"
+    opts = f"lowerdir={_esc(lower)}:{_esc(target)},upperdir={_esc(upper)},workdir={_esc(work)}"
     mount("overlay", target, "overlay", 0, opts)
     for sub in subs:
         rel = os.path.relpath(sub, target)
@@ -142,7 +147,7 @@ def enter(directory: str) -> None:
     node = load_node(directory)
     root = node.root
     if os.geteuid() != 0:
-        raise SimError("nct sim run must run as root (it creates a mount namespace)")
+        raise SimError("running in a simulated node needs root (it creates a mount namespace)")
     libc = _c()
     if libc.unshare(CLONE_NEWNS) != 0:
         raise SimError(f"unshare(CLONE_NEWNS) failed: {os.strerror(ctypes.get_errno())}")
