@@ -20,7 +20,8 @@ pytestmark = [needs_e2e]
 ptrace = pytest.importorskip("ptrace", reason="needs python-ptrace")
 
 HERE = Path(__file__).resolve().parent
-ALLOWED_PREFIXES = ("/sys/fs/cgroup/",)  # devices.allow of the container's cgroup
+# devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig.
+ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:")
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 
 
@@ -113,3 +114,25 @@ def test_refused_container_is_never_started(sim_node, rootfs, tmp_path):
     # planning failed before anything was mounted or written into the container
     assert [e for e in trace["events"] if inside(target_of(e), str(rootfs))] == []
     assert (tmp_path / "out/container.out").read_text() == ""
+
+
+def test_standalone_configure_audit(sim_node, rootfs, hostile, tmp_path):
+    """`nvidia-container-cli configure` without --pid works in the current mount namespace
+    with the host's root: here every path check is a real one (no confinement shortcut)."""
+    before = snapshot(hostile)
+    out = tmp_path / "trace.json"
+    r = str(rootfs)
+    res = sim_node.run([sys.executable, str(HERE / "audit_tracer.py"), str(out), r, "--",
+                        venv_bin("nvidia-container-cli"), "configure", "--device=1", "--compute", "--utility",
+                        "--ldconfig=@/sbin/ldconfig", r], timeout=300)
+    assert res.returncode == 0, res.stderr.decode()
+    trace = json.loads(out.read_text())
+    assert trace["rc"] == 0, res.stderr.decode()
+    events = trace["events"]
+    unconfined = [e for e in events if not e["confined"]]
+    assert len([e for e in unconfined if e["syscall"] == "move_mount"]) >= 10
+    assert violations(events, r) == [], json.dumps(violations(events, r)[:5], indent=1)
+    # the hostile links were followed inside the root only
+    assert any(inside(target_of(e), r) and str(hostile).lstrip("/") in (target_of(e) or "") for e in unconfined)
+    assert snapshot(hostile) == before
+    assert mounts_under(rootfs) == []

@@ -119,9 +119,12 @@ int main(int argc, char **argv) {
 
     if (!list) {
         printf("+-----------------------------------------------------------------------------------------+\n");
-        printf("| NVIDIA-SMI %-14s Driver Version: %-14s CUDA Version: %d.%-13d|\n", drv, drv, cuda / 1000, (cuda % 1000) / 10);
+        char head[128];
+        snprintf(head, sizeof head, "NVIDIA-SMI %-15s Driver Version: %-15s CUDA Version: %d.%d", drv, drv,
+                 cuda / 1000, (cuda % 1000) / 10);
+        printf("| %-87s |\n", head);
         printf("|-----------------------------------------+------------------------+----------------------+\n");
-        printf("| GPU  Name                                | Bus-Id          Disp.A | MIG M.               |\n");
+        printf("| GPU  Name                               | Bus-Id          Disp.A | MIG M.               |\n");
         printf("|=========================================+========================+======================|\n");
     }
     for (unsigned i = 0; i < count; i++) {
@@ -134,7 +137,7 @@ int main(int argc, char **argv) {
         if (!list) {
             struct { char legacy[16]; unsigned d[5]; char busId[32]; } pci;
             ((int (*)(void *, void *))sym("nvmlDeviceGetPciInfo_v3"))(dev, &pci);
-            printf("| %3u  %-35s | %-16s   Off | %-20s |\n", i, name, pci.busId,
+            printf("| %3u  %-34s | %-16s   Off | %-20s |\n", i, name, pci.busId,
                    migr ? "N/A" : (cur ? "Enabled" : "Disabled"));
             continue;
         }
