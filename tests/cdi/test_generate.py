@@ -373,3 +373,39 @@ def test_cli_no_driver(tmp_path):
                        capture_output=True, text=True, env=env)
     assert r.returncode != 0
     assert r.stderr.startswith("nvidia-ctk: NVIDIA driver not loaded") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_cli_config_file_gives_driver_root(node, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[nvidia-container-cli]\nroot = "{node.root}"\n')
+    r = ctk(node, "--config", str(cfg), "cdi", "generate", "--format", "json", root=False)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)["devices"][0]["containerEdits"]["deviceNodes"][0]
+    assert first["hostPath"] == os.path.join(node.root, "dev/nvidia0")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[nvidia-container-cli\n")
+    r = ctk(node, "--config", str(bad), "cdi", "generate", root=False)
+    assert r.returncode != 0 and str(bad) in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_mig_without_nvml_keeps_index_names_and_warns(node, monkeypatch):
+    from nct.driver.discover import discover_node
+
+    set_node_env(monkeypatch, node)
+    bare = discover_node(node.roots(), use_nvml=False)  # no NVML: MIG devices have no UUID
+    warnings: list[str] = []
+    spec = generate_spec(GenerateOptions(driver_root=node.root, hook_path=HOOK), node=bare, cfg=Config(),
+                         warnings=warnings)
+    assert names(spec) == ["0", node.gpus[0].uuid, "1:0", "1:1", "all"]
+    assert warnings == [f"MIG device 1:{j} has no UUID (NVML unavailable): no uuid-named entry for it"
+                        for j in (0, 1)]
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--vendor", "bad vendor", "invalid --vendor 'bad vendor': invalid character ' '"),
+    ("--class", "-x", "invalid --class '-x': invalid class '-x', should start with a letter"),
+])
+def test_cli_bad_kind(node, flag, value, message):
+    r = ctk(node, "cdi", "generate", flag, value)
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"nvidia-ctk: {message}") and r.stderr.count("\n") == 1, r.stderr

@@ -47,11 +47,24 @@ def _fd(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def _str(proc, addr: int) -> str | None:
+def _str(proc, addr: int, limit: int = 4096) -> str | None:
+    """A NUL-terminated string of the tracee, read one aligned word at a time (a string that
+    ends just before an unmapped page must not make us read into it)."""
     if not addr:
         return None
-    data, _ = proc.readCString(addr, 4096)
-    return data.decode(errors="replace")
+    out = bytearray()
+    word = addr & ~7
+    skip = addr - word
+    while len(out) < limit:
+        chunk = proc.readWord(word).to_bytes(8, "little")[skip:]
+        skip = 0
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            out += chunk[:nul]
+            break
+        out += chunk
+        word += 8
+    return out.decode(errors="replace")
 
 
 def _fdlink(pid: int, fd: int) -> str | None:
@@ -63,6 +76,21 @@ def _fdlink(pid: int, fd: int) -> str | None:
         return os.readlink(where)
     except OSError:
         return None
+
+
+def _detached(pid: int, fd: int) -> bool:
+    """Whether fd is on a mount attached nowhere in the process's namespace (a new tmpfs
+    from fsmount, a tree from open_tree before move_mount): writes there touch no path."""
+    if fd < 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            mnt = next((l.split()[1] for l in f if l.startswith("mnt_id:")), None)
+        with open(f"/proc/{pid}/mountinfo") as f:
+            ids = {l.split()[0] for l in f}
+    except OSError:
+        return False
+    return mnt is not None and mnt not in ids
 
 
 def _confined(pid: int, root_id: tuple[int, int]) -> bool:
@@ -97,8 +125,16 @@ def record(proc, root_id, events: list) -> None:
             ev["path"] = _str(proc, args[path_i])
         if dirfd_i is not None:
             ev["dirfd"] = _fdlink(proc.pid, _fd(args[dirfd_i]))
+            ev["detached"] = _detached(proc.pid, _fd(args[dirfd_i]))
         elif ev.get("path") is not None and not ev["path"].startswith("/"):
             ev["dirfd"] = _fdlink(proc.pid, AT_FDCWD)
+    if name == "mount":
+        ev["flags"] = args[3]
+        ev["source"] = _str(proc, args[0])
+        try:
+            ev["own_ns"] = os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        except OSError:
+            ev["own_ns"] = False
     if kind in ("rename", "renameat"):  # the destination too
         di, pi = (None, 1) if kind == "rename" else (2, 3)
         ev["path2"] = _str(proc, args[pi])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ ptrace = pytest.importorskip("ptrace", reason="needs python-ptrace")
 HERE = Path(__file__).resolve().parent
 # devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig.
 ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:")
+MS_PROPAGATION = (1 << 17) | (1 << 18) | (1 << 19) | (1 << 20)  # unbindable, private, slave, shared
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 
 
@@ -51,10 +53,13 @@ def violations(events: list[dict], rootfs: str) -> list[dict]:
             continue
         if ev["confined"]:  # root is the container root: it cannot name a host path
             continue
+        if ev.get("detached") and not (ev.get("path") or "").startswith("/"):
+            continue  # inside a mount attached nowhere yet (the /proc/driver/nvidia tmpfs)
         for which in ("", "2") if "path2" in ev else ("",):
             t = target_of(ev, which)
-            if ev["syscall"] == "mount" and ev.get("path") is None:
-                continue
+            if ev["syscall"] == "mount" and ev.get("own_ns") and ev["flags"] & MS_PROPAGATION \
+                    and ev.get("source") is None:
+                continue  # propagation change in the process's own new namespace: no fs change
             if not (inside(t, rootfs) or (t or "").startswith(ALLOWED_PREFIXES)):
                 bad.append(ev)
     return bad
@@ -136,3 +141,20 @@ def test_standalone_configure_audit(sim_node, rootfs, hostile, tmp_path):
     assert any(inside(target_of(e), r) and str(hostile).lstrip("/") in (target_of(e) or "") for e in unconfined)
     assert snapshot(hostile) == before
     assert mounts_under(rootfs) == []
+
+
+def test_tracer_sees_host_writes(tmp_path, rootfs):
+    """Negative control: the same tracer and rules flag a process that writes outside the
+    root (children included), so an empty violation list above means something."""
+    victim = tmp_path / "v"
+    victim.mkdir()
+    out = tmp_path / "trace.json"
+    script = f"touch {victim}/a; mkdir {victim}/d; ln -s x {victim}/l; chmod 600 {victim}/a; echo hi > {rootfs}/ok"
+    res = subprocess.run([sys.executable, str(HERE / "audit_tracer.py"), str(out), str(rootfs), "--",
+                                        "sh", "-c", script], capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr.decode()
+    bad = violations(json.loads(out.read_text())["events"], str(rootfs))
+    flagged = {(e["syscall"], target_of(e)) for e in bad}
+    assert {target_of(e) for e in bad} == {f"{victim}/a", f"{victim}/d", f"{victim}/l"}, flagged
+    kinds = {s.removesuffix("at") for s, _ in flagged}
+    assert {"open", "mkdir", "symlink", "fchmod"} <= kinds | {"fchmod" if "chmod" in kinds else ""}, flagged

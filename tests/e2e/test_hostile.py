@@ -136,6 +136,9 @@ def test_ld_preload_and_library_path_never_reach_host_processes(sim_node, rootfs
     assert res.returncode == 0, res.stderr.decode()
     assert "cuDriverGetVersion=12040" in res.stdout.decode()
     assert not marker.exists(), "a host process loaded the image's LD_PRELOAD library"
+    # positive control: the library does write the marker when a host process loads it
+    subprocess.run(["true"], env={"LD_PRELOAD": str(evil), "PATH": os.environ["PATH"]}, check=True)
+    assert marker.exists()
 
 
 @pytest.mark.parametrize("path", [LIBDIR, "usr/bin", "proc/driver", "dev/nvidia-caps", "etc/ld.so.conf.d"])

@@ -2,6 +2,7 @@
 spec with the real `nvidia-ctk cdi generate`, then starts a container through one engine.
 
     python inner.py runc SPEC_DIR BUNDLE DEVICE...     inject, runc run, delete
+    python inner.py shim MODE SPEC_DIR BUNDLE          runc create through nvidia-container-runtime
     python inner.py podman SPEC_FILE WORK DEVICE -- CMD...
     python inner.py containerd WORK TAR CONFIG -- CMD...
 
@@ -48,6 +49,47 @@ def run_runc(spec_dir: str, bundle: str, devices: list[str]) -> int:
         subprocess.run(["runc", "--root", state, "delete", "-f", cid], capture_output=True)
     sys.stdout.write(p.stdout + p.stderr)
     return p.returncode
+
+
+SHIM_CONFIG = """[nvidia-container-runtime]
+mode = "{mode}"
+runtimes = ["runc"]
+debug = "{log}"
+log-level = "debug"
+[nvidia-container-runtime.modes.cdi]
+spec-dirs = ["{spec_dir}"]
+"""
+
+
+def run_shim(mode: str, spec_dir: str, bundle: str) -> int:
+    """The engine's sequence through our shim: create (the only intercepted command, where
+    the spec is modified), start, wait for the process to stop, delete."""
+    generate(os.path.join(spec_dir, "nvidia.yaml"))
+    work = os.path.dirname(bundle)
+    config = os.path.join(work, "config.toml")
+    with open(config, "w") as f:
+        f.write(SHIM_CONFIG.format(mode=mode, spec_dir=spec_dir, log=os.path.join(work, "runtime.log")))
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=config)
+    shim = [os.path.join(VENV_BIN, "nvidia-container-runtime"), "--root", os.path.join(work, "runc-state")]
+    cid = f"nct-cdigen-{os.getpid()}"
+    out_path = os.path.join(work, "container.out")
+    with open(out_path, "w") as out:
+        c = subprocess.run(shim + ["create", "--bundle", bundle, cid], stdin=subprocess.DEVNULL, stdout=out,
+                           stderr=subprocess.STDOUT, env=env, timeout=120)
+    try:
+        if c.returncode != 0:
+            print(open(out_path).read(), flush=True)
+            return c.returncode
+        subprocess.run(shim + ["start", cid], check=True, env=env, timeout=60)
+        for _ in range(1200):
+            st = subprocess.run(shim + ["state", cid], capture_output=True, text=True, env=env)
+            if st.returncode != 0 or json.loads(st.stdout).get("status") == "stopped":
+                break
+            time.sleep(0.05)
+    finally:
+        subprocess.run(shim + ["delete", "-f", cid], capture_output=True, env=env)
+    sys.stdout.write(open(out_path).read())
+    return 0
 
 
 def _children() -> list[int]:
@@ -181,6 +223,8 @@ def main(argv: list[str]) -> int:
     try:
         if engine == "runc":
             return run_runc(argv[1], argv[2], argv[3:])
+        if engine == "shim":
+            return run_shim(argv[1], argv[2], argv[3])
         cmd = argv[argv.index("--") + 1:]
         head = argv[:argv.index("--")]
         if engine == "podman":

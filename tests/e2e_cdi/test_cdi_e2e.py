@@ -20,14 +20,20 @@ SCRIPT = ("ls /dev /dev/nvidia-caps 2>/dev/null | tr '\\n' ' '; echo; for n in /
           "[ -e $n ] && cat $n; done 2>&1; cuda-probe; nvidia-smi -L; echo env=$NVIDIA_VISIBLE_DEVICES")
 
 
-def runc_case(node, rootfs, tmp_path, device: str) -> str:
+def runc_case(node, rootfs, tmp_path, device: str, *, shim_mode: str | None = None) -> str:
+    """Inject `device` from the generated spec (or, with `shim_mode`, let our runtime shim
+    do it from NVIDIA_VISIBLE_DEVICES) and run the container with runc."""
     bundle = rootfs.parent
+    env = ["LD_PRELOAD=/nonexistent/evil.so"] + ([f"NVIDIA_VISIBLE_DEVICES={device}"] if shim_mode else [])
     # the host's /dev/nvidia1 bound at /tmp/nv1: reachable by path, refused by the device cgroup
-    R.make_bundle(bundle, rootfs, ["sh", "-c", SCRIPT], ["LD_PRELOAD=/nonexistent/evil.so"],
+    R.make_bundle(bundle, rootfs, ["sh", "-c", SCRIPT], env,
                   mounts=[{"source": "/dev/nvidia1", "destination": "/tmp/nv1", "type": "bind", "options": ["bind"]}])
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
-    r = inside(node, "runc", str(spec_dir), str(bundle), device)
+    if shim_mode:
+        r = inside(node, "shim", shim_mode, str(spec_dir), str(bundle))
+    else:
+        r = inside(node, "runc", str(spec_dir), str(bundle), device)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -54,6 +60,20 @@ def test_runc_gpu_by_index(cdi_node, rootfs, tmp_path):
     g0 = cdi_node.gpus[0]
     assert smi_lines(out) == [f"GPU 0: {g0.model} (UUID: {g0.uuid})"]
     assert "env=void" in out
+
+
+@pytest.mark.parametrize("mode,device", [("cdi", "nvidia.com/gpu=0"), ("cdi", "0"), ("jit-cdi", "0")])
+def test_runc_through_the_shim(cdi_node, rootfs, tmp_path, mode, device):
+    """cdi mode reads our generated spec from the configured spec dir; jit-cdi plans the
+    same edits in memory: the container sees the same."""
+    out = runc_case(cdi_node, rootfs, tmp_path, device, shim_mode=mode)
+    devs = out.splitlines()[0].split()
+    assert "nvidia0" in devs and "nvidia1" not in devs and "nvidia2" not in devs, out
+    assert "can't open '/dev/nvidia0': No such device or address" in out
+    assert "can't open '/tmp/nv1': Operation not permitted" in out
+    assert "cuDriverGetVersion=12040" in out
+    g0 = cdi_node.gpus[0]
+    assert smi_lines(out) == [f"GPU 0: {g0.model} (UUID: {g0.uuid})"]
 
 
 def test_runc_mig_by_uuid(cdi_node, rootfs, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -183,3 +184,43 @@ def test_node_dir_with_overlay_separators(sim_tmp):
     node = create_node(sim_tmp / "odd:name,here", gpus=1, lib32=False)
     r = sim_run(node.dir, "nvidia-smi", "-L")
     assert r.stdout == f"GPU 0: {node.gpus[0].model} (UUID: {node.gpus[0].uuid})\n"
+
+
+def test_reverse_minor_order(sim_tmp):
+    """Index (bus order) and device minor differ: NVML reports each GPU's own minor, and
+    hiding /dev/nvidia0 hides the LAST GPU in bus order."""
+    from nct.sim.node import create_node
+
+    node = create_node(sim_tmp / "reversed", gpus=3, mig="0:2", lib32=False, minor_order="reverse")
+    assert [g.minor for g in node.gpus] == [2, 1, 0]
+    assert Path(node.root, f"proc/driver/nvidia/capabilities/gpu2/mig/gi{node.gpus[0].migs[0].gi}/access").exists()
+    q = "--query-gpu=index,minor_number,uuid"
+    out = sim_run(node.dir, "nvidia-smi", q, "--format=csv,noheader").stdout.splitlines()
+    assert out == [f"{g.index}, {g.minor}, {g.uuid}" for g in node.gpus]
+    hidden = sim_run(node.dir, "sh", "-c", "rm /dev/nvidia0 && nvidia-smi -L").stdout
+    assert node.gpus[2].uuid not in hidden and node.gpus[0].uuid in hidden and "MIG 3g.20gb" in hidden
+
+
+PROBE32 = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+    void *ml = dlopen("libnvidia-ml.so.1", RTLD_NOW), *cu = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!ml || !cu) { printf("dlopen: %s\n", dlerror()); return 1; }
+    unsigned n = 0; int v = 0;
+    int rc = ((int (*)(void))dlsym(ml, "nvmlInit_v2"))();
+    ((int (*)(unsigned *))dlsym(ml, "nvmlDeviceGetCount_v2"))(&n);
+    ((int (*)(int *))dlsym(cu, "cuDriverGetVersion"))(&v);
+    printf("%d %u %d\n", rc, n, v);
+    return 0;
+}
+"""
+
+
+def test_32bit_process_uses_32bit_libraries(node8, tmp_path):
+    if not node8.lib32:
+        pytest.skip("gcc -m32 unavailable (install gcc-multilib)")
+    (tmp_path / "probe.c").write_text(PROBE32)
+    subprocess.run(["gcc", "-m32", "-o", str(tmp_path / "probe"), str(tmp_path / "probe.c")], check=True)
+    r = sim_run(node8.dir, "sh", "-c", f"rm /dev/nvidia7 && {tmp_path / 'probe'}")
+    assert r.stdout == "0 7 12040\n"

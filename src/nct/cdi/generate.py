@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import shutil
 import stat
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from nct.cdi import version as cdi_version
 from nct.cdi.hooks import CDI_HOOK_NAMES, DEFAULT_HOOK_PATH, HookOptions, cdi_hook
+from nct.cdi.names import class_error, vendor_error
 from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
 from nct.errors import NctError, RequestError, SpecError
@@ -94,6 +96,7 @@ class Plan:
     common: ContainerEdits | None = None
     annotations: dict[str, str] = field(default_factory=dict)
     all_device: bool = True
+    app_profile: bool = False  # add the update-application-profile hook (GPU specs)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -122,13 +125,18 @@ def generate(opts: GenerateOptions) -> str | None:
 
 def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
                   warnings: list[str] | None = None) -> dict:
-    """The spec dict for `opts` (validated, minimum cdiVersion). `node` skips discovery;
-    `cfg` skips loading config.toml. Raises an NctError subclass on bad input."""
+    """The spec dict for `opts` (validated, minimum cdiVersion). `node` skips discovery
+    (and so --library-search-path); `cfg` skips loading config.toml. Raises an NctError
+    subclass on bad input; `warnings` collects what the CLI prints as warnings."""
     mode = opts.mode
     if mode not in SUPPORTED_MODES:
         raise NctError(f"discovery mode {mode!r} is not supported by nct "
                        f"(supported: {', '.join(SUPPORTED_MODES)})")
     cap = _max_version(opts.max_cdi_version)
+    for flag, value, why in (("--vendor", opts.vendor, vendor_error), ("--class", opts.cls, class_error)):
+        err = why(value) if value is not None else None
+        if err:
+            raise NctError(f"invalid {flag} {value!r}: {err}")
     disabled = disabled_hooks(opts.disable_hooks, opts.enable_hooks)
     flags = set(opts.feature_flags)
     unknown = sorted(flags - KNOWN_FEATURE_FLAGS)
@@ -137,6 +145,7 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
 
         cfg = load_config(opts.config_path)
     roots = roots_for(opts.driver_root, opts.dev_root, cfg)
+    hook_path = resolve_hook_path(opts.hook_path)
     no_gids = ("no-additional-gids-for-device-nodes" in flags or cfg.features.no_additional_gids_for_device_nodes
                or (cap is not None and cdi_version.key(cap) < (0, 7, 0)))
 
@@ -153,7 +162,7 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
             plan = management_plan(node, no_gids)
         else:
             plan = gpu_plan(node, opts.device_ids, opts.device_name_strategies, disabled,
-                            hook_path=resolve_hook_path(opts.hook_path), no_gids=no_gids)
+                            hook_path=hook_path, no_gids=no_gids)
         if cap is None or cdi_version.key(cap) >= (0, 6, 0):
             plan.annotations = node_record(node)
     if warnings is not None:
@@ -166,7 +175,7 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
     if opts.no_all_device or any(d.lower() == "none" for d in opts.device_ids):
         plan.all_device = False
     hook_opts = HookOptions(
-        hook_path=resolve_hook_path(opts.hook_path), ldconfig_path=opts.ldconfig_path or None,
+        hook_path=hook_path, ldconfig_path=opts.ldconfig_path or None,
         driver_version=node.driver_version if node is not None else None, disabled=disabled,
     )
     spec = render_plan(plan, hook_opts)
@@ -228,8 +237,10 @@ def discover_for_generate(roots: Roots, library_search_paths: tuple[str, ...] = 
 
 
 def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
+    """`node` with the catalogue libraries found in `dirs` (paths inside the driver root,
+    looked up as discovery looks up ld cache entries: same version and ELF checks)."""
     from nct.driver import libraries
-    from nct.driver.ldcache import LdCache, CacheEntry
+    from nct.driver.ldcache import CacheEntry, LdCache
     from nct.driver.rootpath import host_path, resolve_in_root
 
     entries = []
@@ -277,7 +288,7 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
         if s not in ("index", "uuid", "type-index"):
             raise NctError(f"invalid device name strategy {s!r} (index, uuid, type-index)")
     popts = _plan_options(no_gids)
-    plan = Plan(vendor="nvidia.com", cls="gpu")
+    plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
     common = common_edits(node, None, popts)
     # The static spec keeps the host's /proc/driver/nvidia but hides ModifyDeviceFiles
     # from the container's driver libraries: the disable-device-node-modification hook.
@@ -420,10 +431,10 @@ def class_plan(mode: str, roots: Roots) -> Plan:
     if not nodes:
         raise NctError(f"{mode} mode: no devices found under {_show(roots.dev, '/dev')} "
                        f"(looked for {', '.join(patterns)})")
+    from nct.driver.rootpath import host_path, resolve_in_root
+
     edits = nodes_edits(nodes, False)
     for f in files:
-        from nct.driver.rootpath import host_path, resolve_in_root
-
         real = resolve_in_root(roots.driver, f)
         if real is not None and os.path.exists(host_path(roots.driver, real)):
             edits.mounts.append(MountEdit(host_path=host_path(roots.driver, real), container_path=f, options=RO_MOUNT))
@@ -465,8 +476,6 @@ def glob_nodes(dev_root: str, pattern: str) -> list[DeviceNode]:
 
 
 def _natural(s: str) -> list:
-    import re
-
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
@@ -531,8 +540,8 @@ def render_plan(plan: Plan, hook_opts: HookOptions) -> dict:
 
     spec = build_spec(plan.vendor, plan.cls, plan.devices, plan.common, plan.annotations or None,
                       hook_options=hook_opts, all_device=plan.all_device)
-    if plan.cls == "gpu" and plan.vendor != "management.nvidia.com" and plan.common is not None \
-            and hook_opts.enabled("update-application-profile") and any(n != "none" for n, _ in plan.devices):
+    if plan.app_profile and hook_opts.enabled("update-application-profile") \
+            and any(n != "none" for n, _ in plan.devices):
         hook = hook_to_cdi(cdi_hook("update-application-profile", (), hook_opts))
         edits = spec.setdefault("containerEdits", {})
         edits.setdefault("hooks", []).append(hook)

@@ -31,8 +31,11 @@ def sim() -> None:
 @click.option("--seed", default=None, help="Seed for UUIDs (default: the directory's name).")
 @click.option("--imex-channels", type=int, default=0, show_default=True, help="IMEX channel nodes to create.")
 @click.option("--no-lib32", is_flag=True, help="Skip the 32-bit library copies.")
+@click.option("--minor-order", type=click.Choice(["index", "reverse"]), default="index", show_default=True,
+              help="Device minors in bus order, or reversed (minor != index, as on some hosts).")
 @click.option("--json", "as_json", is_flag=True, help="Print node.json after creating.")
-def create_cmd(directory, gpus, driver_version, cuda_version, mig, arch, seed, imex_channels, no_lib32, as_json):
+def create_cmd(directory, gpus, driver_version, cuda_version, mig, arch, seed, imex_channels, no_lib32,
+               minor_order, as_json):
     """Build a simulated node in DIRECTORY (must be absent or empty)."""
     from nct.sim.model import DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION
     from nct.sim.node import create_node
@@ -41,7 +44,7 @@ def create_cmd(directory, gpus, driver_version, cuda_version, mig, arch, seed, i
         node = create_node(
             directory, gpus=gpus, driver_version=driver_version or DEFAULT_DRIVER_VERSION, mig=mig,
             cuda_version=cuda_version or DEFAULT_CUDA_VERSION, arch=arch, seed=seed,
-            imex_channels=imex_channels, lib32=False if no_lib32 else None,
+            imex_channels=imex_channels, lib32=False if no_lib32 else None, minor_order=minor_order,
         )
     except NctError as e:
         _fail(e)

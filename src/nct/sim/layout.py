@@ -82,13 +82,20 @@ def make_uuid(seed: str, what: str) -> str:
     return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def plan_gpus(count: int, mig: dict[int, int], seed: str) -> tuple[SimGpu, ...]:
+MINOR_ORDERS = ("index", "reverse")
+
+
+def plan_gpus(count: int, mig: dict[int, int], seed: str, minor_order: str = "index") -> tuple[SimGpu, ...]:
+    """GPU i (bus-id order) gets minor i, or count-1-i with minor_order "reverse" (real
+    drivers number minors in probe order, which need not match bus order)."""
     if not 0 <= count <= MAX_GPUS:
         raise SimError(f"invalid --gpus {count}: must be 0..{MAX_GPUS}")
+    if minor_order not in MINOR_ORDERS:
+        raise SimError(f"invalid --minor-order {minor_order!r}: expected one of {', '.join(MINOR_ORDERS)}")
     gpus = []
     for i in range(count):
         domain, bus = i // len(DGX_BUSES), DGX_BUSES[i % len(DGX_BUSES)]
-        minor = i
+        minor = i if minor_order == "index" else count - 1 - i
         migs: list[SimMig] = []
         if i in mig:
             profile, gis = MIG_LAYOUTS[mig[i]]

@@ -45,6 +45,7 @@ def create_node(
     seed: str | None = None,
     imex_channels: int = 0,
     lib32: bool | None = None,
+    minor_order: str = "index",
 ) -> SimNode:
     """Build a simulated node in `directory` (absent or empty) and return its description.
     The tree is built next to it and renamed into place, so a failure leaves nothing.
@@ -65,7 +66,7 @@ def create_node(
         raise SimError(f"invalid --imex-channels {imex_channels}: must be 0..2048")
     mig_counts = layout.parse_mig_spec(mig, gpus) if gpus >= 0 else {}
     seed = seed if seed is not None else os.path.basename(directory)
-    planned = layout.plan_gpus(gpus, mig_counts, seed)
+    planned = layout.plan_gpus(gpus, mig_counts, seed, minor_order)
     if os.path.lexists(directory):
         if not os.path.isdir(directory) or os.path.islink(directory):
             raise SimError(f"{directory}: exists and is not a directory")
