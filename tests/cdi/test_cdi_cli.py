@@ -67,13 +67,3 @@ def test_transform_bad_input_is_one_line_error():
     assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_generate_and_check_are_wired_but_not_implemented(tmp_path, nct_bin):
-    p = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "generate", "--output", str(tmp_path / "x.yaml"),
-                        "--device-name-strategy", "type-index", "--disable-hook", "chmod"],
-                       capture_output=True, text=True)
-    assert p.returncode == 1 and p.stderr.startswith("nvidia-ctk: cdi generate is not implemented")
-    p = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "generate", "--enable-hook", "all"],
-                       capture_output=True, text=True)
-    assert p.returncode == 1 and "does not accept 'all'" in p.stderr
-    p = subprocess.run([nct_bin("nct"), "cdi", "check"], capture_output=True, text=True)
-    assert p.returncode == 1 and p.stderr.startswith("nct: cdi check is not implemented")

@@ -270,7 +270,7 @@ def test_spec_common_edits_hold_every_driver_file(node_factory):
         assert m[f.container_path].host_path == f.host_path
         assert m[f.container_path].options == (IPC_MOUNT if f.kind == "ipc" else RO_MOUNT)
     assert edits.ldconfig_folders == [LIBDIR, LIB32DIR]
-    assert edits.proc_driver_gpus is None and edits.cuda_compat_dir is None
+    assert edits.proc_driver_gpus == [] and edits.cuda_compat_dir is None  # -> disable-device-node-modification hook
     assert SymlinkEdit("libcuda.so.1", f"{LIBDIR}/libcuda.so") in edits.symlinks
     assert SymlinkEdit(f"libcuda.so.{VERSION}", f"{LIB32DIR}/libcuda.so.1") in edits.symlinks
     assert edits.hooks == []

@@ -112,7 +112,7 @@ def check_spec(raw: dict, nodes: _NodeCache) -> list[str]:
                     reasons.append("GPU set changed (UUIDs, minors or MIG devices)")
                 if then.get("files") != now["files"] and not (recorded and recorded != node.driver_version):
                     reasons.append("driver files changed")
-    missing = [p for p in referenced_host_paths(raw) if not os.path.lexists(p)]
+    missing = [p for p in referenced_host_paths(raw) if not os.path.exists(p)]
     if missing:
         more = f" (and {len(missing) - MAX_MISSING_SHOWN} more)" if len(missing) > MAX_MISSING_SHOWN else ""
         reasons.append(f"missing host path{'s' if len(missing) > 1 else ''}: "

@@ -290,9 +290,6 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
     popts = _plan_options(no_gids)
     plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
     common = common_edits(node, None, popts)
-    # The static spec keeps the host's /proc/driver/nvidia but hides ModifyDeviceFiles
-    # from the container's driver libraries: the disable-device-node-modification hook.
-    common.proc_driver_gpus = []
     plan.common = common
     gpus, migs, none = select_for_spec(node, device_ids)
     chmod = "chmod" not in disabled

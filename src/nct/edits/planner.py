@@ -123,16 +123,18 @@ def plan(node: Node, request: ContainerRequest, options: PlanOptions | None = No
 
 def common_edits(node: Node, capabilities, options: PlanOptions | None = None) -> ContainerEdits:
     """Edits every GPU container gets whatever its devices: control nodes, driver files,
-    their symlinks and ldconfig folders (and, for a live container, the empty /proc view;
-    for a spec, NVIDIA_VISIBLE_DEVICES=void)."""
+    their symlinks and ldconfig folders, the /proc/driver/nvidia view (a hook in a spec),
+    and for a spec NVIDIA_VISIBLE_DEVICES=void."""
     options = options or PlanOptions()
     caps = frozenset(capabilities or ())
     b = _Builder(node, options)
     if options.live:
         _live_driver(b, node, caps, options)
-        b.edits.proc_driver_gpus = []
     else:
         _spec_driver(b, node, options)
+    # Live: the empty /proc/driver/nvidia view; spec: rendered as the
+    # disable-device-node-modification hook, as upstream's generated specs carry.
+    b.edits.proc_driver_gpus = []
     return b.edits
 
 

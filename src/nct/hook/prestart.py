@@ -115,6 +115,9 @@ def _setup_logging(debug: bool, cfg) -> None:
 
 def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool = False) -> None:
     """Configure the container described by the OCI state. Raises an NctError (one line)."""
+    from time import perf_counter
+
+    t0 = perf_counter()
     from nct.config.load import load_config
     from nct.hook import core
     from nct.request.parse import request_from_spec
@@ -130,7 +133,11 @@ def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool 
     assert_legacy_mode(cfg, request)
     rootfs = core.check_rootfs(rootfs)
     settings = settings_from_config(cfg)
+    t1 = perf_counter()
     prepared = core.prepare(request, rootfs, settings)
+    t2 = perf_counter()
     log.debug("configuring pid %d rootfs %s: %d device nodes, %d mounts", pid, rootfs,
               len(prepared.edits.device_nodes), len(prepared.edits.mounts))
     core.configure(prepared, request, rootfs, pid, settings)
+    log.debug("timings: request %.1f ms, discover+plan %.1f ms, apply %.1f ms",
+              (t1 - t0) * 1e3, (t2 - t1) * 1e3, (perf_counter() - t2) * 1e3)

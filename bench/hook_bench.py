@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""What does GPU injection by our prestart hook add to `runc run`?
+
+On a simulated 8-GPU node, runs the same busybox bundle (`true`) with runc many times,
+alternating: without hooks, and with our nvidia-container-runtime-hook as a prestart hook
+and NVIDIA_VISIBLE_DEVICES=all (all 8 GPUs, compute+utility: ~40 mounts and an ldconfig
+run). Prints the medians, the added milliseconds and the ratio; saves to
+bench/results/hook.json (a list, newest last) and prints the ratio to the previous entry.
+runc runs inside `nct sim run NODE` (one namespace for all runs), as in the e2e tests.
+Needs root, runc, gcc and busybox-static.
+
+    python bench/hook_bench.py [--runs 30] [--gpus 8] [--no-save]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "hook.json")
+BIN = os.path.dirname(sys.executable)
+HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
+
+
+def _bundles(base: str) -> dict[str, str]:
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from pathlib import Path
+
+    from e2e import rootfs as R
+
+    out = {}
+    for name, hooks, env in (
+        ("plain", None, []),
+        ("gpu", {"prestart": [{"path": HOOK, "args": ["nvidia-container-runtime-hook", "prestart"]}]},
+         ["NVIDIA_VISIBLE_DEVICES=all"]),
+    ):
+        b = Path(base) / name
+        rootfs = R.make_rootfs(b / "rootfs")
+        R.make_bundle(b, rootfs, ["true"], env, hooks=hooks)
+        out[name] = str(b)
+    return out
+
+
+def inner(bundles: dict[str, str], runs: int) -> dict[str, list[float]]:
+    """Inside the node's namespace: alternate the bundles, wall time of each `runc run`."""
+    times: dict[str, list[float]] = {k: [] for k in bundles}
+    for i in range(runs + 2):  # the first round warms caches and is dropped
+        for name, bundle in bundles.items():
+            cid = f"nct-bench-{uuid.uuid4().hex[:8]}"
+            t0 = time.perf_counter()
+            r = subprocess.run(["runc", "run", "--bundle", bundle, cid], capture_output=True)
+            dt = (time.perf_counter() - t0) * 1000
+            if r.returncode != 0:
+                raise SystemExit(f"runc run ({name}) failed: {r.stderr.decode().strip()}")
+            if i >= 2:
+                times[name].append(dt)
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--inner", help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    if opts.inner:
+        print(json.dumps(inner(json.loads(opts.inner), opts.runs)))
+        return 0
+    if os.geteuid() != 0 or not shutil.which("runc"):
+        print("hook_bench: needs root and runc", file=sys.stderr)
+        return 2
+    base = tempfile.mkdtemp(prefix="nct-hook-bench-")
+    try:
+        node = os.path.join(base, "node")
+        subprocess.run([os.path.join(BIN, "nct"), "sim", "create", node, "--gpus", str(opts.gpus)], check=True,
+                       capture_output=True)
+        bundles = _bundles(base)
+        r = subprocess.run([os.path.join(BIN, "nct"), "sim", "run", node, "--", sys.executable, __file__,
+                            "--runs", str(opts.runs), "--inner", json.dumps(bundles)], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stderr.strip(), file=sys.stderr)
+            return 1
+        times = json.loads(r.stdout)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    plain = statistics.median(times["plain"])
+    gpu = statistics.median(times["gpu"])
+    now = {"plain_ms": round(plain, 1), "gpu_ms": round(gpu, 1), "added_ms": round(gpu - plain, 1),
+           "ratio": round(gpu / plain, 2)}
+    print(f"runc run, {opts.gpus} GPUs, {opts.runs} runs each (medians):")
+    print(f"  without GPUs   {now['plain_ms']:8.1f} ms")
+    print(f"  with our hook  {now['gpu_ms']:8.1f} ms   (NVIDIA_VISIBLE_DEVICES=all)")
+    print(f"  added          {now['added_ms']:8.1f} ms   ratio {now['ratio']:.2f}")
+    history: list = []
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            history = json.load(f)
+    if history:
+        prev = history[-1]["results"]
+        print(f"vs previous ({history[-1]['date']}): added {prev['added_ms']} -> {now['added_ms']} ms "
+              f"(ratio {now['added_ms'] / prev['added_ms']:.2f})" if prev.get("added_ms") else "vs previous: n/a")
+    if not opts.no_save:
+        history.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                        "host": platform.node(), "cpus": os.cpu_count(), "gpus": opts.gpus, "runs": opts.runs,
+                        "results": now})
+        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+        tmp = RESULTS + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(history, f, indent=1)
+        os.replace(tmp, RESULTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
