@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e import rootfs as R
 
 HERE = Path(__file__).resolve().parent
 
-from conftest import venv_bin  # noqa: E402,F401  (tests/conftest.py)
-from e2e import rootfs as R  # noqa: E402
+
+def venv_bin(name: str) -> str:
+    """Absolute path of a console script of the venv running pytest (hooks need absolute
+    paths); the same rule as tests/conftest.py, which cannot be imported by name."""
+    return str(Path(sys.executable).parent / name)
 
 HOOK = "nvidia-container-runtime-hook"
 

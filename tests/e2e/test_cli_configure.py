@@ -61,3 +61,16 @@ def test_supervised_failure_stops_the_container(sim_node, rootfs, tmp_path):
     res = runc_run(sim_node, bundle)
     assert res.returncode != 0 and b"STARTED" not in res.stdout
     assert "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=42" in res.stderr.decode()
+
+
+def test_standalone_no_devbind_no_cgroups(sim_node, rootfs):
+    """--no-devbind: device nodes are made with mknod (same major:minor) instead of bind mounts."""
+    r = str(rootfs)
+    script = (f"{venv_bin('nvidia-container-cli')} configure --device=0 --utility --no-devbind --no-cgroups "
+              f"--ldconfig=@/sbin/ldconfig {r} && grep -c 'nvidia0' /proc/self/mountinfo; "
+              f"stat -c '%F %t:%T' {r}/dev/nvidia0")
+    res = sim_node.run(["sh", "-c", script])
+    out = res.stdout.decode().split("\n")
+    assert out[0] == "0", res.stdout.decode() + res.stderr.decode()  # not a mount
+    assert out[1] == "character special file c3:0"  # 195:0 in hex
+    assert (rootfs / "dev/nvidia0").is_char_device()

@@ -125,3 +125,27 @@ def test_mixed_list_and_capabilities(sim_node, rootfs):
     assert "nvidia-uvm" not in out["nodes"]
     assert out["probe"][0].startswith("dlopen failed")
     assert out["smi"] == [smi_line(sim_node.gpu(0), 0), smi_line(sim_node.gpu(1), 1)]
+
+
+HEAVY = ("click", "pynvml", "elftools", "yaml", "jsonschema", "tomlkit")
+
+
+@pytest.mark.parametrize("visible", ["all", "MIG"])
+def test_hook_stays_light(sim_node, rootfs, tmp_path, visible):
+    """The hook process never imports click, pyelftools, YAML/JSON-schema/tomlkit, nor
+    pynvml (NVML, when needed for MIG UUIDs, is queried in a forked child)."""
+    import sys
+
+    if visible == "MIG":
+        visible = sim_node.gpu(2)["migs"][0]["uuid"]
+    out = tmp_path / "modules.txt"
+    code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('\\n'.join(sorted(sys.modules))));"
+            "from nct.hook.main import main; main(['prestart'])") % str(out)
+    hooks = {"prestart": [{"path": sys.executable, "args": [sys.executable, "-c", code]}]}
+    bundle = bundle_with_hook(rootfs, "cuda-probe", [f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks=hooks)
+    res = runc_run(sim_node, bundle)
+    assert res.returncode == 0, res.stderr.decode()
+    assert "cuDriverGetVersion=12040" in res.stdout.decode()
+    modules = set(out.read_text().split())
+    assert "nct.edits.planner" in modules
+    assert not {m.split(".")[0] for m in modules} & set(HEAVY), sorted(m for m in modules if m.split(".")[0] in HEAVY)

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 CLI = str(Path(sys.executable).parent / "nvidia-container-cli")
-needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a simulated node")
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc to build a simulated node")
+    if shutil.which("gcc") is None or os.geteuid() != 0:
+        pytest.skip("needs gcc and root (mknod) to build a simulated node")
     from nct.sim.node import create_node
 
     d = tmp_path_factory.mktemp("cfgnode") / "node"
@@ -138,3 +137,13 @@ def test_no_driver(tmp_path, rootfs):
     env = dict(os.environ, NCT_PROC_ROOT=str(tmp_path))
     res = subprocess.run([CLI, "configure", "--dry-run", str(rootfs)], capture_output=True, text=True, env=env)
     assert res.returncode == 1 and "initialization error: NVIDIA driver not loaded" in res.stderr
+
+
+def test_dry_run_mig_config_and_monitor(node, rootfs):
+    p = plan(node, rootfs, "--device=1", "--mig-config=all", "--mig-monitor=all", "--utility")
+    targets = {m["container_path"] for m in p["mounts"]}
+    assert "/proc/driver/nvidia/capabilities" in targets
+    caps = [d["path"] for d in p["device_nodes"] if d["path"].startswith("/dev/nvidia-caps/")]
+    assert len(caps) >= 2 + 4  # config + monitor nodes, and GI/CI access nodes of both MIG devices
+    res = cli(node, "--dry-run", "--device=1", "--mig-config=1", str(rootfs))
+    assert res.returncode == 1 and "only 'all' devices are currently supported" in res.stderr

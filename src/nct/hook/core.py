@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
-from dataclasses import dataclass, replace
 
 from nct.driver.model import Node, Roots
 from nct.edits.model import ContainerEdits
@@ -22,30 +20,40 @@ from nct.request.model import ContainerRequest
 log = logging.getLogger("nct.hook")
 
 
-@dataclass(frozen=True)
 class Settings:
-    """Node- and run-wide knobs (config.toml / global CLI options / configure flags)."""
+    """Node- and run-wide knobs (config.toml / global CLI options / configure flags).
+    A plain class, not a dataclass: the hook is start-up bound and every generated class
+    costs import time."""
 
-    roots: Roots = Roots()
-    ldcache: str | None = None  # path inside the driver root; None = /etc/ld.so.cache
-    ldconfig: str | None = "@/sbin/ldconfig"  # "@host" or a container path; None = no ldconfig
-    no_cgroups: bool = False
-    no_devbind: bool = False
-    no_pivot: bool = False
-    no_persistenced: bool = False
-    no_fabricmanager: bool = False
-    no_gsp_firmware: bool = False
-    host_proc: str = "/proc"  # procfs in which the container pid is looked up
+    __slots__ = ("roots", "ldcache", "ldconfig", "no_cgroups", "no_devbind", "no_pivot", "no_persistenced",
+                 "no_fabricmanager", "no_gsp_firmware", "host_proc")
+
+    def __init__(self, roots: Roots | None = None, ldcache: str | None = None,
+                 ldconfig: str | None = "@/sbin/ldconfig", *, no_cgroups: bool = False, no_devbind: bool = False,
+                 no_pivot: bool = False, no_persistenced: bool = False, no_fabricmanager: bool = False,
+                 no_gsp_firmware: bool = False, host_proc: str = "/proc") -> None:
+        self.roots = roots or Roots()
+        self.ldcache = ldcache  # path inside the driver root; None = /etc/ld.so.cache
+        self.ldconfig = ldconfig  # "@host" or a container path; None = no ldconfig run
+        self.no_cgroups = no_cgroups
+        self.no_devbind = no_devbind
+        self.no_pivot = no_pivot
+        self.no_persistenced = no_persistenced
+        self.no_fabricmanager = no_fabricmanager
+        self.no_gsp_firmware = no_gsp_firmware
+        self.host_proc = host_proc  # procfs in which the container pid is looked up
+
+    def __repr__(self) -> str:
+        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
-@dataclass(frozen=True)
 class Prepared:
     """The outcome of prepare(): the node as discovered and the plan for the container."""
 
-    node: Node
-    edits: ContainerEdits
-    lib_dir: str
-    lib32_dir: str
+    __slots__ = ("node", "edits", "lib_dir", "lib32_dir")
+
+    def __init__(self, node: Node, edits: ContainerEdits, lib_dir: str, lib32_dir: str) -> None:
+        self.node, self.edits, self.lib_dir, self.lib32_dir = node, edits, lib_dir, lib32_dir
 
 
 # --- the image's library dirs ------------------------------------------------------------------
@@ -57,7 +65,7 @@ def image_lib_dirs(rootfs: str, machine: str | None = None) -> tuple[str, str]:
     from nct.container.rootfs import Root
     from nct.edits.planner import container_lib_dirs
 
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine
     with Root(rootfs) as root:
         debian = root.stat("/etc/debian_version") is not None
         lib32 = root.stat("/usr/lib32")
@@ -104,6 +112,8 @@ def discover(request: ContainerRequest, settings: Settings) -> Node:
         if cu is not None:
             facts = nvml.query(None, cu)
             if facts.cuda_version:
+                from dataclasses import replace
+
                 node = replace(node, cuda_version=facts.cuda_version)
     log.debug("discovered driver %s, CUDA %s, %d GPU(s), nvml=%s", node.driver_version, node.cuda_version,
               len(node.gpus), node.nvml)
@@ -150,6 +160,8 @@ def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: i
 
     edits = prepared.edits
     if request.cuda_compat_mode not in ("ldconfig", "mount"):
+        from dataclasses import replace
+
         edits = replace(edits, cuda_compat_dir=None)
     apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings))
 

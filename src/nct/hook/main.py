@@ -49,6 +49,13 @@ def _usage_error(msg: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """argv None: the hook process itself (console script), which leaves with os._exit."""
+    global _IS_HOOK_PROCESS
+    _IS_HOOK_PROCESS = argv is None
+    if _IS_HOOK_PROCESS:
+        import gc
+
+        gc.disable()  # a short-lived process: no cycle collection during the imports
     argv = sys.argv[1:] if argv is None else argv
     opts, rest = _parse(argv)
     if opts["version"]:
@@ -72,11 +79,32 @@ def main(argv: list[str] | None = None) -> None:
         prestart(sys.stdin.buffer.read(), config_path=opts["config"], debug=opts["debug"])
     except NctError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
-        raise SystemExit(1)
+        _exit(1)
     except (OSError, ValueError) as exc:  # unexpected, but still one line
         print(f"{PROG}: {exc}", file=sys.stderr)
-        raise SystemExit(1)
-    raise SystemExit(0)
+        _exit(1)
+    except Exception as exc:  # noqa: BLE001 - a bug must still fail the container in one line
+        print(f"{PROG}: internal error: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        _exit(1)
+    _exit(0)
+
+
+def _exit(code: int) -> None:
+    """Flush and leave without interpreter teardown (a few ms per container). Only when
+    run as the hook process: callers in the same interpreter (tests) get SystemExit."""
+    if not _IS_HOOK_PROCESS:
+        raise SystemExit(code)
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+_IS_HOOK_PROCESS = False
 
 
 if __name__ == "__main__":  # pragma: no cover
