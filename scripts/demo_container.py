@@ -41,7 +41,7 @@ def main(node: str) -> int:
     spec["process"].update(terminal=False, args=["sh", "-c", SCRIPT])
     spec["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     hook = shutil.which("nvidia-container-runtime-hook")
-    spec["hooks"] = {"prestart": [{"path": hook, "args": ["nvidia-container-runtime-hook", "prestart"]}]}
+    spec["hooks"] = {"prestart": [{"path": hook, "args": ["nvidia-container-runtime-hook"] + os.environ.get("NCT_DEMO_HOOK_ARGS", "").split() + ["prestart"]}]}
     with open(f"{bundle}/config.json", "w") as f:
         json.dump(spec, f, indent=2)
     print(f"$ runc run (NVIDIA_VISIBLE_DEVICES=1, prestart hook {hook})", flush=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 
 from nct.config import model, schema
 from nct.config.paths import resolve_config_path
@@ -68,6 +67,8 @@ _END = re.compile(r"\s*\(at end of document\)\s*$")
 
 def parse_config(text: str, source: str | None = None) -> model.Config:
     """Parse config.toml text; `source` names the file in error messages."""
+    import tomllib  # here, not at the top: a node without config.toml never pays for it
+
     name = source or "<config>"
     try:
         data = tomllib.loads(text)

@@ -6,9 +6,9 @@ Roots make the same code work on a host (all "/"), against a driver container
 
 from __future__ import annotations
 
-import logging
 import os
 
+from nct.log import get_logger
 from nct.driver import devices as devs
 from nct.driver import libraries as libs
 from nct.driver import procfs
@@ -18,7 +18,7 @@ from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
 from nct.driver.rootpath import host_path, resolve_in_root
 from nct.errors import DiscoveryError
 
-log = logging.getLogger("nct.driver")
+log = get_logger("nct.driver")
 
 PROC_ROOT_ENV = "NCT_PROC_ROOT"
 DEFAULT_LDCACHE = "/etc/ld.so.cache"
@@ -120,15 +120,20 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
 
 def find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str | None = None) -> list[DriverFile]:
     """Every driver file of the node, in upstream's listing order."""
+    from nct.driver.elfcache import ElfCache
+
     machine = machine or native_machine()
-    lib64 = libs.find_libraries(roots.driver, cache, version, machine=machine)
-    lib32 = libs.find_libraries(roots.driver, cache, version, compat32=True, machine=machine)
+    elf_cache = ElfCache()  # pyelftools answers, reused across runs while the files are unchanged
+    lib64 = libs.find_libraries(roots.driver, cache, version, machine=machine, elf_cache=elf_cache)
+    lib32 = libs.find_libraries(roots.driver, cache, version, compat32=True, machine=machine, elf_cache=elf_cache)
     lib_dirs = []
     for f in lib64:
         d = os.path.dirname(f.container_path)
         if d not in lib_dirs:
             lib_dirs.append(d)
-    extra = libs.find_graphics_extra_libraries(roots.driver, lib_dirs or list(libs.FALLBACK_LIB_DIRS.get(machine, ())), machine)
+    extra = libs.find_graphics_extra_libraries(roots.driver, lib_dirs or list(libs.FALLBACK_LIB_DIRS.get(machine, ())), machine,
+                                               elf_cache=elf_cache)
+    elf_cache.save()
     return (
         libs.find_binaries(roots.driver) + lib64 + extra + lib32
         + libs.find_ipcs(roots.driver, os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))

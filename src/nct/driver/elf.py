@@ -7,8 +7,12 @@ does not belong to the library name is someone else's file.
 
 from __future__ import annotations
 
-import platform
+import os
 from dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from nct.driver.elfcache import ElfCache
 
 # uname -m -> (pyelftools e_machine name of native 64-bit objects, of 32-bit compat objects)
 MACHINES: dict[str, tuple[str, str | None]] = {
@@ -32,7 +36,7 @@ class NotElf(Exception):
 
 
 def native_machine() -> str:
-    return platform.machine() or "x86_64"
+    return os.uname().machine or "x86_64"
 
 
 def read_elf(path: str) -> ElfInfo:
@@ -68,7 +72,30 @@ def read_elf(path: str) -> ElfInfo:
         raise NotElf(f"corrupt ELF: {type(e).__name__}") from None
 
 
-def check_library(path: str, name: str, *, compat32: bool, machine: str | None = None) -> tuple[ElfInfo | None, str]:
+def read_elf_cached(path: str, cache: "ElfCache | None") -> ElfInfo:
+    """read_elf() through a host-side result cache keyed by the file's identity."""
+    if cache is None:
+        return read_elf(path)
+    try:
+        key = cache.key(path, os.stat(path))
+    except OSError as e:
+        raise NotElf(f"unreadable: {e.strerror or e}") from None
+    hit = cache.get(key)
+    if hit is not None and len(hit) == 5:
+        if hit[0] == "!":
+            raise NotElf(hit[1])
+        return ElfInfo(hit[0], hit[1], hit[2], tuple(hit[3]), hit[4])
+    try:
+        info = read_elf(path)
+    except NotElf as e:
+        cache.put(key, ["!", str(e), None, [], ""])
+        raise
+    cache.put(key, [info.elf_class, info.machine, info.soname, list(info.needed), info.elf_type])
+    return info
+
+
+def check_library(path: str, name: str, *, compat32: bool, machine: str | None = None,
+                  cache: "ElfCache | None" = None) -> tuple[ElfInfo | None, str]:
     """Check that `path` is a shared library `name` for the wanted ABI.
 
     Returns (info, "") when acceptable, else (None, reason). `name` is the catalogue name
@@ -76,7 +103,7 @@ def check_library(path: str, name: str, *, compat32: bool, machine: str | None =
     """
     native, bits32 = MACHINES.get(machine or native_machine(), (None, None))
     try:
-        info = read_elf(path)
+        info = read_elf_cached(path, cache)
     except NotElf as e:
         return None, str(e)
     want_class, want_machine = (32, bits32) if compat32 else (64, native)

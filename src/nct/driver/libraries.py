@@ -11,18 +11,18 @@ Rules (upstream's libnvidia-container, plus the toolkit's config/firmware lists)
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import stat
 
+from nct.log import get_logger
 from nct.driver import catalogue
 from nct.driver.elf import check_library, native_machine
 from nct.driver.ldcache import NATIVE_FLAGS, LdCache
 from nct.driver.model import DriverFile
 from nct.driver.rootpath import host_path, resolve_in_root
 
-log = logging.getLogger("nct.driver")
+log = get_logger("nct.driver")
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where libraries are looked for when the cache has nothing (toolkit's library locator).
@@ -48,7 +48,7 @@ def _lib_name(key: str, names: list[str]) -> str | None:
 
 
 def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: bool, machine: str,
-              versioned: bool = True) -> DriverFile | None:
+              versioned: bool = True, elf_cache=None) -> DriverFile | None:
     """Check one candidate (node path inside root); None (with a debug log) when rejected."""
     real = resolve_in_root(root, node_path)
     kind = "lib32" if compat32 else "lib"
@@ -62,7 +62,7 @@ def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: b
     if not os.path.isfile(host):
         log.debug("%s: skipping %s (not a regular file)", name, real)
         return None
-    info, reason = check_library(host, name, compat32=compat32, machine=machine)
+    info, reason = check_library(host, name, compat32=compat32, machine=machine, cache=elf_cache)
     if info is None:
         log.debug("%s: skipping %s (%s)", name, real, reason)
         return None
@@ -71,7 +71,7 @@ def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: b
 
 
 def find_libraries(root: str, cache: LdCache | None, version: str, *, compat32: bool = False,
-                   machine: str | None = None) -> list[DriverFile]:
+                   machine: str | None = None, elf_cache=None) -> list[DriverFile]:
     """Catalogue libraries of one ABI (native, or 32-bit with compat32), catalogue order."""
     machine = machine or native_machine()
     native_flags, flags32 = NATIVE_FLAGS.get(machine, (None, None))
@@ -91,7 +91,7 @@ def find_libraries(root: str, cache: LdCache | None, version: str, *, compat32: 
     found: dict[str, DriverFile] = {}
     for n in names:
         for path in candidates.get(n, ()):
-            f = _make_lib(root, path, n, version, compat32=compat32, machine=machine)
+            f = _make_lib(root, path, n, version, compat32=compat32, machine=machine, elf_cache=elf_cache)
             if f is not None:
                 found[n] = f
                 break
@@ -105,7 +105,7 @@ def find_libraries(root: str, cache: LdCache | None, version: str, *, compat32: 
         if n in found:
             continue
         for d in search:
-            f = _make_lib(root, f"{d}/{n}.{version}", n, version, compat32=compat32, machine=machine)
+            f = _make_lib(root, f"{d}/{n}.{version}", n, version, compat32=compat32, machine=machine, elf_cache=elf_cache)
             if f is not None:
                 found[n] = f
                 break
@@ -124,24 +124,28 @@ def _dirs_of(files) -> list[str]:
 _EXTRA_VERSION = re.compile(r"^\d+(\.\d+)+$")
 
 
-def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str | None = None) -> list[DriverFile]:
+def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str | None = None,
+                                  elf_cache=None) -> list[DriverFile]:
     """EGL platform libraries (libnvidia-egl-gbm.so.1.1.1 ...): own versions, not NVRM's."""
     machine = machine or native_machine()
+    listings: list[tuple[str, list[str]]] = []  # each lib dir read once
+    for d in lib_dirs:
+        real_dir = resolve_in_root(root, d)
+        if real_dir is None:
+            continue
+        try:
+            listings.append((real_dir, sorted(os.listdir(host_path(root, real_dir)))))
+        except OSError:
+            continue
     found = []
     for name in catalogue.GRAPHICS_EXTRA_LIBRARIES:
-        for d in lib_dirs:
-            real_dir = resolve_in_root(root, d)
-            if real_dir is None:
-                continue
-            try:
-                entries = sorted(os.listdir(host_path(root, real_dir)))
-            except OSError:
-                continue
+        f = None
+        for real_dir, entries in listings:
             hits = [e for e in entries if e.startswith(name + ".") and _EXTRA_VERSION.match(e[len(name) + 1:])
                     and e[len(name) + 1:].count(".") >= 1]
-            f = None
             for e in hits:
-                f = _make_lib(root, f"{real_dir}/{e}", name, "", compat32=False, machine=machine, versioned=False)
+                f = _make_lib(root, f"{real_dir}/{e}", name, "", compat32=False, machine=machine, versioned=False,
+                              elf_cache=elf_cache)
                 if f is not None:
                     found.append(DriverFile(kind="lib", host_path=f.host_path, container_path=f.container_path,
                                             capability="graphics", name=name, soname=f.soname))

@@ -10,14 +10,14 @@ requirement asks libcuda alone.
 
 from __future__ import annotations
 
-import logging
 import os
 
+from nct.log import get_logger
 from nct.driver.model import Node, Roots
 from nct.edits.model import ContainerEdits
 from nct.request.model import ContainerRequest
 
-log = logging.getLogger("nct.hook")
+log = get_logger("nct.hook")
 
 
 class Settings:
@@ -100,9 +100,7 @@ def discover(request: ContainerRequest, settings: Settings) -> Node:
     """discover_node() with NVML only when the request needs it; the CUDA version from
     libcuda alone when only a `cuda` condition needs it."""
     from nct.driver.discover import discover_node
-    from nct.hook import fastelf
 
-    fastelf.install()
     use_nvml = needs_nvml(request)
     node = discover_node(settings.roots, ldcache=settings.ldcache, use_nvml=use_nvml)
     if node.cuda_version is None and needs_cuda_version(request):

@@ -12,12 +12,12 @@ Steps, as upstream's hook + nvidia-container-cli, in one process:
 from __future__ import annotations
 
 import json
-import logging
 import os
 
+from nct.log import get_logger
 from nct.errors import SpecError
 
-log = logging.getLogger("nct.hook")
+log = get_logger("nct.hook")
 
 MODE_ERROR = ("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) "
               "is not supported. Please use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia "
@@ -102,6 +102,8 @@ def _setup_logging(debug: bool, cfg) -> None:
     target = "/dev/stderr" if debug else cfg.nvidia_container_cli.debug
     if not target:
         return
+    import logging
+
     try:
         handler = logging.StreamHandler() if debug else logging.FileHandler(target, mode="a")
     except OSError:

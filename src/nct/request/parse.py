@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
+from nct.log import get_logger
 from nct.driver.model import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from nct.errors import RequestError
 from nct.request.model import ContainerRequest, is_qualified_cdi_name
@@ -20,16 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 
-class _LazyLog:
-    """The "nct.request" logger, imported on first use: logging costs the hook ~10 ms."""
-
-    def warning(self, msg: str, *args) -> None:
-        import logging
-
-        logging.getLogger("nct.request").warning(msg, *args)
-
-
-log = _LazyLog()
+log = get_logger("nct.request")
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"

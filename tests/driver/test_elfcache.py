@@ -1,0 +1,70 @@
+"""The ELF result cache: hits only for the same file identity, ignored when untrusted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from nct.driver import elf
+from nct.driver.elfcache import CACHE_NAME, ElfCache
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def _lib(path, soname="libfoo.so.1"):
+    src = path.with_suffix(".c")
+    src.write_text("int foo(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(src)], check=True)
+    return str(path)
+
+
+def test_second_lookup_is_served_from_disk_and_changes_invalidate(tmp_path, monkeypatch):
+    cache_dir = tmp_path / "cache"
+    lib = _lib(tmp_path / "libfoo.so.1.0")
+    c1 = ElfCache(str(cache_dir))
+    info, why = elf.check_library(lib, "libfoo.so", compat32=False, machine="x86_64", cache=c1)
+    assert info and info.soname == "libfoo.so.1"
+    c1.save()
+    assert oct(os.stat(cache_dir).st_mode & 0o777) == "0o700"
+    assert (cache_dir / CACHE_NAME).exists()
+
+    def boom(path):
+        raise AssertionError("pyelftools should not be needed on a hit")
+
+    monkeypatch.setattr(elf, "read_elf", boom)
+    c2 = ElfCache(str(cache_dir))
+    info2, _ = elf.check_library(lib, "libfoo.so", compat32=False, machine="x86_64", cache=c2)
+    assert info2 == info
+    # A replaced file (new inode/ctime) is a miss: read_elf is consulted again.
+    _lib(tmp_path / "libfoo.so.1.0", soname="libbar.so.1")
+    with pytest.raises(AssertionError, match="should not be needed"):
+        elf.check_library(lib, "libfoo.so", compat32=False, machine="x86_64", cache=ElfCache(str(cache_dir)))
+
+
+def test_rejections_are_cached_too(tmp_path):
+    bad = tmp_path / "libfoo.so.1.0"
+    bad.write_bytes(b"not an elf at all")
+    c = ElfCache(str(tmp_path / "c"))
+    assert elf.check_library(str(bad), "libfoo.so", compat32=False, cache=c) == (None, "not an ELF file")
+    c.save()
+    assert elf.check_library(str(bad), "libfoo.so", compat32=False,
+                             cache=ElfCache(str(tmp_path / "c"))) == (None, "not an ELF file")
+
+
+def test_world_writable_cache_dir_is_ignored(tmp_path):
+    lib = _lib(tmp_path / "libfoo.so.1.0")
+    d = tmp_path / "c"
+    c = ElfCache(str(d))
+    elf.check_library(lib, "libfoo.so", compat32=False, cache=c)
+    c.save()
+    os.chmod(d, 0o777)  # someone else could have planted answers: do not trust it
+    c2 = ElfCache(str(d))
+    key = c2.key(lib, os.stat(lib))
+    assert c2.get(key) is None
+    c2.put(key, ["!", "x", None, [], ""])
+    c2.save()  # refuses to write there either
+    os.chmod(d, 0o700)
+    assert ElfCache(str(d)).get(key)[0] == 64
