@@ -4,7 +4,7 @@
 For simulated nodes of 1, 8 and 64 GPUs (`nct sim create`), times the shim rewriting a
 bundle's config.json for NVIDIA_VISIBLE_DEVICES=all and =0 (the low-level runtime is
 /bin/true, so only the shim's own work is measured: config, discovery, planning,
-injection, atomic write). Medians; appended to bench/results.json under
+injection, atomic write). Medians; appended to bench/results/runtime.json under
 "runtime_create" and compared with the previous entry. Stdlib only.
 
     python bench/runtime_create.py [--runs 10] [--gpus 1,8,64]
@@ -23,7 +23,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results.json")
+RESULTS = os.path.join(HERE, "results", "runtime.json")
 BIN = os.path.dirname(sys.executable)
 
 

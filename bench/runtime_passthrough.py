@@ -7,7 +7,7 @@ medians, the added milliseconds and the ratio, for: no config.toml (built-in def
 the default config.toml present (what packages install), and the same through a
 `python -IS` launcher instead of pip's console-script wrapper. A bare interpreter start
 is timed alongside, to show how much of the cost is Python itself. Results are appended
-to bench/results.json and compared with the previous entry. Stdlib only; root, runc and
+to bench/results/runtime.json and compared with the previous entry. Stdlib only; root, runc and
 busybox-static needed.
 
     python bench/runtime_passthrough.py [--runs 200] [--shim PATH] [--no-save]
@@ -26,7 +26,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results.json")
+RESULTS = os.path.join(HERE, "results", "runtime.json")
 DEFAULT_CONFIG = os.path.join(HERE, "..", "src", "nct", "config", "default.toml")
 
 

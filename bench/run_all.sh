@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Every benchmark, each printing medians, ratios against plain runc (where there is one)
+# and against its previous saved result (bench/results/*.json). Root, runc, gcc,
+# busybox-static needed; run on a quiet machine, from the venv nct is installed in.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" bench/runtime_passthrough.py "$@"
+"$PY" bench/hook_bench.py
+"$PY" bench/runtime_create.py
+"$PY" bench/cdi_bench.py
