@@ -21,8 +21,9 @@ pytestmark = [needs_e2e]
 ptrace = pytest.importorskip("ptrace", reason="needs python-ptrace")
 
 HERE = Path(__file__).resolve().parent
-# devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig.
-ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:")
+# devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig;
+# our own host-side ELF check cache (nct.driver.elfcache: root-only dir, host files only).
+ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:", "/run/nct/")
 MS_PROPAGATION = (1 << 17) | (1 << 18) | (1 << 19) | (1 << 20)  # unbindable, private, slave, shared
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 

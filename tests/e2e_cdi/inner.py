@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,7 +138,8 @@ def run_podman(spec_file: str, work: str, tar: str, device: str, cmd: list[str])
     # podman wants a short runroot (<= 50 characters): a temp dir of our own, removed after
     short = tempfile.mkdtemp(prefix="nct-pm-", dir="/tmp")
     base = ["podman", "--root", os.path.join(work, "root"), "--runroot", short,
-            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none"]
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none",
+            "--runtime", shutil.which("runc") or "runc"]  # crun refuses this v1/v2 hybrid host
     env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(work, "config"), XDG_DATA_HOME=os.path.join(work, "data"))
     try:
         r = subprocess.run(base + ["import", tar, "nct-cdi-test:latest"], capture_output=True, text=True, env=env)

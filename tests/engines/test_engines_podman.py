@@ -28,6 +28,7 @@ class Podman:
     def __call__(self, *args: str) -> subprocess.CompletedProcess:
         cmd = [*self.wrap, "podman", "--root", str(self.base / "root"), "--runroot", str(self.base / "runroot"),
                "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none",
+               "--runtime", shutil.which("runc") or "runc",  # crun refuses this v1/v2 hybrid host
                "--hooks-dir", str(self.hooks), *args]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 
