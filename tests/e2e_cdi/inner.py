@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys

@@ -4,12 +4,12 @@ generate and check hand their parsed options to nct.cdi.generate / nct.cdi.check
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
 import click
 
+from nct.cli.errors import one_line_errors
 from nct.errors import NctError
 
 SPEC_DIRS_ENV = "NVIDIA_CTK_CDI_SPEC_DIRS"
@@ -21,19 +21,6 @@ def _prog(ctx: click.Context) -> str:
 
 def _global(ctx: click.Context) -> dict:
     return ctx.find_object(dict) or {}
-
-
-def cli_errors(fn):
-    """NctError -> '<prog>: <message>' on stderr, exit 1; never a traceback."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NctError as e:
-            ctx = click.get_current_context()
-            click.echo(f"{_prog(ctx)}: {e}", err=True)
-            ctx.exit(1)
-    return wrapper
 
 
 def _split_list(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -54,7 +41,7 @@ def cdi_group() -> None:
               help=f"Directory to search for CDI specs (repeatable; env {SPEC_DIRS_ENV}; "
                    "default /etc/cdi, /var/run/cdi; later dirs win).")
 @click.pass_context
-@cli_errors
+@one_line_errors
 def list_command(ctx: click.Context, spec_dirs: tuple[str, ...]) -> None:
     """List the fully-qualified CDI device names in the spec dirs."""
     from nct.cdi.registry import DEFAULT_SPEC_DIRS, Registry
@@ -87,7 +74,7 @@ def transform_group() -> None:
 @click.option("--relative-to", type=click.Choice(["host", "container"]), default="host", show_default=True,
               help="Transform host paths or container paths.")
 @click.pass_context
-@cli_errors
+@one_line_errors
 def transform_root_command(ctx: click.Context, from_root: str, to_root: str, input_path: str,
                            output_path: str, relative_to: str) -> None:
     """Rewrite the root of the paths in a CDI spec (e.g. a driver container's root)."""
@@ -152,7 +139,7 @@ _HOOK_CHOICES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-comp
               help="nct: highest cdiVersion the consumer reads (e.g. 0.5.0 for podman 4.x): leaves out "
                    "the node record annotations and additionalGids.")
 @click.pass_context
-@cli_errors
+@one_line_errors
 def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_root, strategies, hook_path,
                      ldconfig_path, vendor, cls, config_search_path, library_search_path, csv_files,
                      csv_ignore, csv_compat_root, disable_hooks, enable_hooks, feature_flags,
@@ -189,7 +176,7 @@ def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_roo
 @click.option("--driver-root", envvar="NVIDIA_CTK_DRIVER_ROOT", default=None, help="Driver root.")
 @click.option("--dev-root", envvar="NVIDIA_CTK_DEV_ROOT", default=None, help="Device root.")
 @click.pass_context
-@cli_errors
+@one_line_errors
 def check_command(ctx: click.Context, files, spec_dirs, driver_root, dev_root) -> None:
     """Report NVIDIA CDI specs (FILES, or those in the spec dirs) that no longer match this
     node: exit 1 with one line per stale spec, 0 when all match (nct addition)."""

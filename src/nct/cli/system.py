@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import click
 
+from nct.cli.errors import fail
 from nct.errors import NctError
 
 BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
@@ -309,12 +310,6 @@ def _quiet(ctx: click.Context) -> bool:
     return bool(obj.get("quiet")) if isinstance(obj, dict) else False
 
 
-def _fail(ctx: click.Context, err: Exception) -> None:
-    prog = ctx.find_root().info_name or "nvidia-ctk"
-    click.echo(f"{prog}: {err}", err=True)
-    ctx.exit(1)
-
-
 _CTX = {"help_option_names": ["-h", "--help"]}
 
 
@@ -368,7 +363,7 @@ def create_dev_char_symlinks(
             nodes = existing_device_nodes(dev_root)
         create_links(nodes, dev_char_path, dry_run, log)
     except NctError as e:
-        _fail(ctx, e)
+        fail(ctx, e)
 
 
 @system_group.command("create-device-nodes", context_settings=_CTX)
@@ -396,4 +391,4 @@ def create_device_nodes(
             log(f"Creating control device nodes at {dev_root}")
             make_device_nodes(control_device_nodes(dev_root, read_majors(proc), proc), dry_run, log)
     except NctError as e:
-        _fail(ctx, e)
+        fail(ctx, e)

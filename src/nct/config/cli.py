@@ -7,14 +7,8 @@ import sys
 import click
 
 from nct.config.paths import config_file_path
+from nct.cli.errors import fail
 from nct.errors import NctError
-
-
-def fail(ctx: click.Context, err: NctError | str) -> None:
-    """Print `<prog>: <message>` on one line to stderr and exit 1 (never a traceback)."""
-    prog = ctx.find_root().info_name or "nvidia-ctk"
-    click.echo(f"{prog}: {err}", err=True)
-    ctx.exit(1)
 
 
 def _emit(text: str, output: str | None) -> None:

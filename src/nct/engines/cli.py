@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 
 import click
 
-from nct.errors import NctError
-
-
-def _fail_cleanly(fn):
-    """Domain errors become `<prog>: <message>` on stderr and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NctError as e:
-            ctx = click.get_current_context()
-            click.echo(f"{ctx.find_root().info_name}: {e}", err=True)
-            ctx.exit(1)
-
-    return wrapper
+from nct.cli.errors import one_line_errors
 
 
 def _quiet() -> bool:
@@ -116,7 +100,7 @@ def _emit(plan, dry_run: bool, show_diff: bool, engine: str, verb: str) -> None:
 @click.option("--nvidia-runtime-hook-path", "hook_path", default="/usr/bin/nvidia-container-runtime-hook",
               show_default=True, help="Hook binary for oci-hook mode (absolute).")
 @click.option("--remove", is_flag=True, help="Undo a previous configure (as `runtime unconfigure`).")
-@_fail_cleanly
+@one_line_errors
 def configure(engine, config, drop_in, dry_run, show_diff, config_source, executable_path, runtime_name,
               runtime_path, set_as_default, cdi_enabled, config_mode, oci_hook_path, hook_path, remove):
     """Add the NVIDIA runtime to a container engine's configuration."""
@@ -154,7 +138,7 @@ def _oci_hook(hook_path: str, out: str, dry_run: bool) -> None:
 
 @runtime_group.command("unconfigure")
 @_common
-@_fail_cleanly
+@one_line_errors
 def unconfigure(engine, config, drop_in, dry_run, show_diff, config_source, executable_path, runtime_name,
                 runtime_path):
     """Remove the NVIDIA runtime again, restoring the pre-nct configuration."""
