@@ -34,16 +34,37 @@ BIN = os.path.dirname(sys.executable)
 HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
 
 
+def installed_launcher(base: str) -> str:
+    """The hook as `nct install` and the Debian package install it: a `python -IS` wrapper
+    (nct.engines.bundle.WRAPPER) instead of pip's console-script wrapper."""
+    import sysconfig
+
+    import nct
+    from nct.engines.bundle import WRAPPER
+
+    path = os.path.join(base, "nvidia-container-runtime-hook")
+    with open(path, "w") as f:
+        f.write(WRAPPER.format(python=sys.executable, name="nvidia-container-runtime-hook",
+                               lib=os.path.dirname(os.path.dirname(nct.__file__)),
+                               env=f"sys.path.append({sysconfig.get_paths()['purelib']!r})\n",
+                               module="nct.hook.main", func="main"))
+    os.chmod(path, 0o755)
+    return path
+
+
 def _bundles(base: str) -> dict[str, str]:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from pathlib import Path
 
     from e2e import rootfs as R
 
+    installed = installed_launcher(base)
     out = {}
     for name, hooks, env in (
         ("plain", None, []),
         ("gpu", {"prestart": [{"path": HOOK, "args": ["nvidia-container-runtime-hook", "prestart"]}]},
+         ["NVIDIA_VISIBLE_DEVICES=all"]),
+        ("gpu_installed", {"prestart": [{"path": installed, "args": ["nvidia-container-runtime-hook", "prestart"]}]},
          ["NVIDIA_VISIBLE_DEVICES=all"]),
     ):
         b = Path(base) / name
@@ -98,12 +119,16 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     plain = statistics.median(times["plain"])
     gpu = statistics.median(times["gpu"])
+    inst = statistics.median(times["gpu_installed"])
     now = {"plain_ms": round(plain, 1), "gpu_ms": round(gpu, 1), "added_ms": round(gpu - plain, 1),
-           "ratio": round(gpu / plain, 2)}
+           "ratio": round(gpu / plain, 2), "installed_gpu_ms": round(inst, 1),
+           "installed_added_ms": round(inst - plain, 1), "installed_ratio": round(inst / plain, 2)}
     print(f"runc run, {opts.gpus} GPUs, {opts.runs} runs each (medians):")
     print(f"  without GPUs   {now['plain_ms']:8.1f} ms")
-    print(f"  with our hook  {now['gpu_ms']:8.1f} ms   (NVIDIA_VISIBLE_DEVICES=all)")
+    print(f"  with our hook  {now['gpu_ms']:8.1f} ms   (NVIDIA_VISIBLE_DEVICES=all, pip's console script)")
     print(f"  added          {now['added_ms']:8.1f} ms   ratio {now['ratio']:.2f}")
+    print(f"  installed hook {now['installed_gpu_ms']:8.1f} ms   (python -IS wrapper, as nct install / the .deb)")
+    print(f"  added          {now['installed_added_ms']:8.1f} ms   ratio {now['installed_ratio']:.2f}")
     history: list = []
     if os.path.exists(RESULTS):
         with open(RESULTS) as f:
