@@ -101,8 +101,9 @@ def measure(runc: str, shim: str, root: str, cid: str, env: dict, runs: int) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--shim", default=shutil.which("nvidia-container-runtime")
-                    or os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime"))
+    here = os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime")
+    ap.add_argument("--shim", default=here if os.path.exists(here) else shutil.which("nvidia-container-runtime"),
+                    help="the shim to time (default: the one of the Python running this script)")
     ap.add_argument("--no-save", action="store_true")
     opts = ap.parse_args()
     runc = shutil.which("runc")

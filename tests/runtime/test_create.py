@@ -16,6 +16,15 @@ from nct.runtime.settings import read_settings
 NVHOOK = {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]}
 
 
+@pytest.fixture(autouse=True)
+def _no_installed_tools(monkeypatch, tmp_path):
+    """Tool look-ups see an empty fallback PATH, whatever this machine has installed in
+    /usr/local/bin or /usr/bin, so the hook path is upstream's last resort, /usr/bin/..."""
+    from nct.runtime import lookup
+
+    monkeypatch.setattr(lookup, "FALLBACK_DIRS", (str(tmp_path / "empty"),))
+
+
 class FakeBackend(Backend):
     """Real request parsing; everything touching the node or spec dirs is recorded."""
 
