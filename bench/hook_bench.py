@@ -77,8 +77,13 @@ def _bundles(base: str) -> dict[str, str]:
 def inner(bundles: dict[str, str], runs: int) -> dict[str, list[float]]:
     """Inside the node's namespace: alternate the bundles, wall time of each `runc run`."""
     times: dict[str, list[float]] = {k: [] for k in bundles}
-    for i in range(runs + 2):  # the first round warms caches and is dropped
-        for name, bundle in bundles.items():
+    names = list(bundles)
+    for i in range(runs + 2):  # the first rounds warm caches and are dropped
+        # rotate the order each round: a run is a little slower right after a GPU run, and a
+        # fixed order would hand that cost to the same bundle every time
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            bundle = bundles[name]
             cid = f"nct-bench-{uuid.uuid4().hex[:8]}"
             t0 = time.perf_counter()
             r = subprocess.run(["runc", "run", "--bundle", bundle, cid], capture_output=True)

@@ -61,8 +61,9 @@ def load_config(path: str | None = None, *, required: bool | None = None) -> mod
     return parse_config(text, path)
 
 
-_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-_END = re.compile(r"\s*\(at end of document\)\s*$")
+# Patterns of tomllib's messages, compiled (and cached by `re`) only when a file is bad.
+_POS = r"\s*\(at line (\d+), column (\d+)\)\s*$"
+_END = r"\s*\(at end of document\)\s*$"
 
 
 def parse_config(text: str, source: str | None = None) -> model.Config:
@@ -74,13 +75,13 @@ def parse_config(text: str, source: str | None = None) -> model.Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
-        m = _POS.search(msg)
+        m = re.search(_POS, msg)
         if m:
             where = f"line {m.group(1)}, column {m.group(2)}"
             msg = msg[: m.start()]
         else:
             where = f"line {max(1, len(text.splitlines()))}"
-            msg = _END.sub("", msg)
+            msg = re.sub(_END, "", msg)
         raise ConfigError(f"{name}: {where}: invalid TOML: {msg}") from None
     return config_from_mapping(data, source, text)
 

@@ -29,6 +29,8 @@ class CliConfig:
 
 @dataclass(frozen=True)
 class CdiModeConfig:
+    """[nvidia-container-runtime.modes.cdi]"""
+
     annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
     default_kind: str = "nvidia.com/gpu"
     spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
@@ -36,23 +38,31 @@ class CdiModeConfig:
 
 @dataclass(frozen=True)
 class CsvModeConfig:
+    """[nvidia-container-runtime.modes.csv]"""
+
     mount_spec_path: str = "/etc/nvidia-container-runtime/host-files-for-container.d"
     compat_container_root: str | None = None
 
 
 @dataclass(frozen=True)
 class JitCdiModeConfig:
+    """[nvidia-container-runtime.modes.jit-cdi]"""
+
     nvcdi_feature_flags: tuple[str, ...] = ()
     nvcdi_disable_hooks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class LegacyModeConfig:
+    """[nvidia-container-runtime.modes.legacy]"""
+
     cuda_compat_mode: str = "ldconfig"
 
 
 @dataclass(frozen=True)
 class ModesConfig:
+    """[nvidia-container-runtime.modes]"""
+
     cdi: CdiModeConfig = field(default_factory=CdiModeConfig)
     csv: CsvModeConfig = field(default_factory=CsvModeConfig)
     jit_cdi: JitCdiModeConfig = field(default_factory=JitCdiModeConfig)

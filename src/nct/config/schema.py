@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from nct.config import model
+from nct.record import Record, _set
 
 # Attributes of Config that are bookkeeping, not TOML keys.
 _NOT_KEYS = frozenset({"source_path", "raw"})
@@ -23,14 +24,16 @@ _KINDS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Key:
+class Key(Record):
     """One leaf key: its dotted TOML path, its attribute path in the model, kind and default."""
 
-    path: str
-    attrs: tuple[str, ...]
-    kind: str
-    default: object
+    __slots__ = ("path", "attrs", "kind", "default")
+
+    def __init__(self, path: str, attrs: tuple[str, ...], kind: str, default: object) -> None:
+        _set(self, "path", path)
+        _set(self, "attrs", attrs)
+        _set(self, "kind", kind)
+        _set(self, "default", default)
 
 
 def toml_name(attr: str) -> str:

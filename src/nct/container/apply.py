@@ -17,33 +17,49 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceRule, allow_devices
 from nct.container.rootfs import Root
 from nct.edits.model import ContainerEdits
 from nct.errors import ContainerError
+from nct.record import Record, _set
 
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_FILES = ("params", "version", "registry")
 
 
-@dataclass(frozen=True)
-class ApplyOptions:
-    """Knobs of nvidia-container-cli configure (and config.toml) that change how edits apply."""
+class ApplyOptions(Record):
+    """Knobs of nvidia-container-cli configure (and config.toml) that change how edits apply.
+    ldconfig: "@host-path" or a container path; driver_version: the host NVRM version, for
+    CUDA compat; cuda_compat_mode: ldconfig | mount (treated as ldconfig) | disabled;
+    proc_root: host procfs holding driver/nvidia (a sim node's root/proc); host_proc: procfs
+    to find the container's pid/cgroups in. A plain record: the hook imports this at start-up."""
 
-    no_cgroups: bool = False
-    no_devbind: bool = False
-    ldconfig: str = "@/sbin/ldconfig"  # "@host-path" or a container path
-    no_ldconfig: bool = False
-    no_pivot: bool = False
-    driver_version: str | None = None  # host NVRM version, for CUDA compat
-    cuda_version: str | None = None
-    cuda_compat_mode: str = "ldconfig"  # ldconfig | mount (treated as ldconfig) | disabled
-    proc_root: str = "/proc"  # host procfs holding driver/nvidia (a sim node's root/proc)
-    host_proc: str = "/proc"  # procfs to find the container's pid/cgroups in
+    __slots__ = ("no_cgroups", "no_devbind", "ldconfig", "no_ldconfig", "no_pivot", "driver_version", "cuda_version",
+                 "cuda_compat_mode", "proc_root", "host_proc")
+
+    def __init__(self, no_cgroups: bool = False,
+                 no_devbind: bool = False,
+                 ldconfig: str = "@/sbin/ldconfig",
+                 no_ldconfig: bool = False,
+                 no_pivot: bool = False,
+                 driver_version: str | None = None,
+                 cuda_version: str | None = None,
+                 cuda_compat_mode: str = "ldconfig",
+                 proc_root: str = "/proc",
+                 host_proc: str = "/proc") -> None:
+        _set(self, "no_cgroups", no_cgroups)
+        _set(self, "no_devbind", no_devbind)
+        _set(self, "ldconfig", ldconfig)
+        _set(self, "no_ldconfig", no_ldconfig)
+        _set(self, "no_pivot", no_pivot)
+        _set(self, "driver_version", driver_version)
+        _set(self, "cuda_version", cuda_version)
+        _set(self, "cuda_compat_mode", cuda_compat_mode)
+        _set(self, "proc_root", proc_root)
+        _set(self, "host_proc", host_proc)
 
 
 def device_rules(edits: ContainerEdits) -> list[DeviceRule]:
@@ -56,13 +72,22 @@ def device_rules(edits: ContainerEdits) -> list[DeviceRule]:
     return rules
 
 
-def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions = ApplyOptions()) -> None:
+def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions = ApplyOptions(), *,
+                in_process: bool = False) -> None:
     """Configure the container whose root is `rootfs` (a host path; with `pid`, the container's
-    mount namespace is entered first). Raises ContainerError with one line on failure."""
+    mount namespace is entered first). Raises ContainerError with one line on failure.
+
+    The work happens in a forked child, so that the caller stays in its own mount namespace;
+    `in_process=True` is for a disposable caller that exits right afterwards (the prestart
+    hook process): it does the work itself, and is left in the container's namespace."""
     if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/":
         raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
     if pid is not None and not options.no_cgroups:
         allow_devices(pid, device_rules(edits), options.host_proc)
+    if in_process:
+        os.umask(0o022)
+        _work(edits, rootfs, pid, options)
+        return
     _run_in_child(lambda: _work(edits, rootfs, pid, options))
 
 
@@ -97,14 +122,13 @@ def _run_in_child(fn) -> None:
     raise ContainerError(data.decode(errors="replace") or f"configuring the container failed (status {status})")
 
 
-@dataclass
 class _Source:
     """A host object opened as a detached mount before entering the container."""
 
-    fd: int
-    st: os.stat_result
-    target: str
-    is_dir: bool
+    __slots__ = ("fd", "st", "target", "is_dir")
+
+    def __init__(self, fd: int, st: os.stat_result, target: str, is_dir: bool) -> None:
+        self.fd, self.st, self.target, self.is_dir = fd, st, target, is_dir
 
 
 def _open_source(host_path: str, target: str, attrs: int) -> _Source:

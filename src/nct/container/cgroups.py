@@ -12,20 +12,22 @@ from __future__ import annotations
 import os
 import resource
 import struct
-from dataclasses import dataclass
 
 from nct.container import syscalls as sc
 from nct.errors import ContainerError
+from nct.record import Record, _set
 
 
-@dataclass(frozen=True)
-class DeviceRule:
+class DeviceRule(Record):
     """One allow rule: type "c"/"b", major, minor (-1 = any), access subset of "rwm"."""
 
-    type: str
-    major: int
-    minor: int
-    access: str = "rw"
+    __slots__ = ("type", "major", "minor", "access")
+
+    def __init__(self, type: str, major: int, minor: int, access: str = "rw") -> None:
+        _set(self, "type", type)
+        _set(self, "major", major)
+        _set(self, "minor", minor)
+        _set(self, "access", access)
 
     def v1(self) -> str:
         minor = "*" if self.minor < 0 else str(self.minor)

@@ -15,7 +15,7 @@ from nct.errors import ContainerError
 
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 NOTE_SECTION = b".note.cuda.fwd_compatibility"
-_LIBCUDA = re.compile(r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$")
+_LIBCUDA = r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$"  # compiled (and cached by re) on first use
 _MAX_ELF = 512 << 20
 
 
@@ -91,7 +91,7 @@ def compat_libcuda(root: Root, compat_dir: str) -> tuple[str, str] | None:
     """(container path, version) of the single regular libcuda.so.X.Y in the compat dir."""
     found = []
     for name in root.listdir(compat_dir):
-        m = _LIBCUDA.match(name)
+        m = re.match(_LIBCUDA, name)
         if not m:
             continue
         st = root.lstat(f"{compat_dir}/{name}")

@@ -121,9 +121,14 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
 def find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str | None = None) -> list[DriverFile]:
     """Every driver file of the node, in upstream's listing order."""
     from nct.driver.elfcache import ElfCache
+    from nct.driver.rootpath import dirs_memo
 
-    machine = machine or native_machine()
-    elf_cache = ElfCache()  # pyelftools answers, reused across runs while the files are unchanged
+    with dirs_memo():
+        return _find_driver_files(roots, version, cache, machine or native_machine(), ElfCache())
+
+
+def _find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str, elf_cache) -> list[DriverFile]:
+    # elf_cache: pyelftools answers, reused across runs while the files are unchanged
     lib64 = libs.find_libraries(roots.driver, cache, version, machine=machine, elf_cache=elf_cache)
     lib32 = libs.find_libraries(roots.driver, cache, version, compat32=True, machine=machine, elf_cache=elf_cache)
     lib_dirs = []

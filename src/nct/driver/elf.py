@@ -8,7 +8,8 @@ does not belong to the library name is someone else's file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from nct.record import Record, _set
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,13 +23,19 @@ MACHINES: dict[str, tuple[str, str | None]] = {
 }
 
 
-@dataclass(frozen=True)
-class ElfInfo:
-    elf_class: int  # 32 or 64
-    machine: str  # pyelftools name, e.g. "EM_X86_64"
-    soname: str | None
-    needed: tuple[str, ...]
-    elf_type: str  # "ET_DYN", "ET_EXEC", ...
+class ElfInfo(Record):
+    """elf_class 32 or 64; machine the pyelftools name ("EM_X86_64"); elf_type "ET_DYN",
+    "ET_EXEC", ... (a plain record: the hook imports this module at start-up)."""
+
+    __slots__ = ("elf_class", "machine", "soname", "needed", "elf_type")
+
+    def __init__(self, elf_class: int, machine: str, soname: str | None, needed: tuple[str, ...],
+                 elf_type: str) -> None:
+        _set(self, "elf_class", elf_class)
+        _set(self, "machine", machine)
+        _set(self, "soname", soname)
+        _set(self, "needed", needed)
+        _set(self, "elf_type", elf_type)
 
 
 class NotElf(Exception):

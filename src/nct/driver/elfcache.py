@@ -16,7 +16,9 @@ import os
 import stat
 
 CACHE_NAME = "elf-cache-v1.json"
-MAX_ENTRIES = 4096
+# A node has a few hundred driver files at most; the whole file is parsed by every hook, so
+# it stays small (entries of files that are gone are dropped whenever it is rewritten).
+MAX_ENTRIES = 512
 
 
 class ElfCache:
@@ -70,7 +72,7 @@ class ElfCache:
                 os.makedirs(self.directory, mode=0o700, exist_ok=True)
             if not self._trusted_dir():
                 return
-            entries = self._load()
+            entries = {k: v for k, v in self._load().items() if os.path.lexists(k.rpartition("|")[0])}
             if len(entries) > MAX_ENTRIES:
                 entries = dict(list(entries.items())[-MAX_ENTRIES:])
             from nct.fileio import atomic_write

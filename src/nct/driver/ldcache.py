@@ -14,9 +14,9 @@ running anything from it.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from nct.errors import DiscoveryError
+from nct.record import Record, _set
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -45,15 +45,19 @@ NATIVE_FLAGS: dict[str, tuple[int, int | None]] = {
 }
 
 
-@dataclass(frozen=True)
-class CacheEntry:
-    """One cache line: `key` is the name looked up (usually a SONAME), `path` the file."""
+class CacheEntry(Record):
+    """One cache line: `key` is the name looked up (usually a SONAME), `path` the file;
+    `hwcaps_subdir` names glibc-hwcaps/<name> entries (glibc >= 2.33). A plain record, not
+    a dataclass: the hook imports this module at start-up."""
 
-    key: str
-    path: str
-    flags: int
-    hwcap: int = 0
-    hwcaps_subdir: str | None = None  # glibc-hwcaps/<name> entries (glibc >= 2.33)
+    __slots__ = ("key", "path", "flags", "hwcap", "hwcaps_subdir")
+
+    def __init__(self, key: str, path: str, flags: int, hwcap: int = 0, hwcaps_subdir: str | None = None) -> None:
+        _set(self, "key", key)
+        _set(self, "path", path)
+        _set(self, "flags", flags)
+        _set(self, "hwcap", hwcap)
+        _set(self, "hwcaps_subdir", hwcaps_subdir)
 
     @property
     def arch(self) -> str:
@@ -63,12 +67,17 @@ class CacheEntry:
         return f"{kind},{extra}" if extra else kind
 
 
-@dataclass(frozen=True)
-class LdCache:
-    path: str
-    format: str  # "old", "new" or "compat" (old followed by new)
-    entries: tuple[CacheEntry, ...]
-    generator: str | None = None  # e.g. "ldconfig (GNU libc) stable release version 2.36"
+class LdCache(Record):
+    """A parsed cache: `format` is "old", "new" or "compat" (old followed by new);
+    `generator` e.g. "ldconfig (GNU libc) stable release version 2.36"."""
+
+    __slots__ = ("path", "format", "entries", "generator")
+
+    def __init__(self, path: str, format: str, entries: tuple[CacheEntry, ...], generator: str | None = None) -> None:
+        _set(self, "path", path)
+        _set(self, "format", format)
+        _set(self, "entries", entries)
+        _set(self, "generator", generator)
 
 
 def _cstr(data: bytes, offset: int, path: str) -> str:
@@ -98,14 +107,19 @@ def _parse_new(data: bytes, base: int, path: str) -> tuple[list[CacheEntry], str
         # glibc: extension offsets count from the start of the file, not of this header.
         hwcaps, generator = _parse_extension(data, base, ext_offset, bo, path)
     entries = []
-    for i in range(nlibs):
-        flags, key, value, _osv, hwcap = struct.unpack_from(bo + "iIIIQ", data, first + i * 24)
+    find = data.find
+    for flags, key, value, _osv, hwcap in struct.iter_unpack(bo + "iIIIQ", data[first:first + nlibs * 24]):
         subdir = None
         if hwcap & HWCAP_EXTENSION:
             idx = hwcap & 0xFFFFFFFF
             subdir = hwcaps[idx] if idx < len(hwcaps) else None
-        entries.append(CacheEntry(_cstr(data, base + key, path), _cstr(data, base + value, path),
-                                  flags & 0xFFFFFFFF, hwcap, subdir))
+        ks, vs = base + key, base + value
+        ke, ve = find(b"\0", ks), find(b"\0", vs)  # -1 also when the offset is past the end
+        if ke < 0 or ve < 0:  # _cstr raises the error naming the bad string
+            k, v = _cstr(data, ks, path), _cstr(data, vs, path)
+        else:
+            k, v = data[ks:ke].decode("utf-8", "surrogateescape"), data[vs:ve].decode("utf-8", "surrogateescape")
+        entries.append(CacheEntry(k, v, flags & 0xFFFFFFFF, hwcap, subdir))
     return entries, generator
 
 

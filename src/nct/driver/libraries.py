@@ -40,11 +40,23 @@ XORG_DIRS = tuple(
 )
 
 
-def _lib_name(key: str, names: list[str]) -> str | None:
-    for n in names:
-        if key == n or key.startswith(n + "."):
-            return n
-    return None
+def _lib_name(key: str, names: list[str], order: dict[str, int] | None = None) -> str | None:
+    """The first of `names` (catalogue order) that `key` equals or starts with, followed by
+    a dot ("libcuda.so.1" -> "libcuda.so"). With `order` (name -> position in names) this is
+    a few dict lookups: the candidates are `key` itself and its prefixes that end at a dot."""
+    if order is None:
+        for n in names:
+            if key == n or key.startswith(n + "."):
+                return n
+        return None
+    best = order.get(key)
+    i = key.find(".")
+    while i >= 0:
+        pos = order.get(key[:i])
+        if pos is not None and (best is None or pos < best):
+            best = pos
+        i = key.find(".", i + 1)
+    return None if best is None else names[best]
 
 
 def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: bool, machine: str,
@@ -79,13 +91,14 @@ def find_libraries(root: str, cache: LdCache | None, version: str, *, compat32: 
     if want is None:
         return []
     names = catalogue.all_library_names()
+    order = {n: i for i, n in enumerate(names)}
     candidates: dict[str, list[str]] = {}
     if cache is not None:
         for e in cache.entries:
             # FLAG_ELF (1) entries carry no ABI (as glibc, accept them; the ELF check decides).
             if e.flags not in (want, 0x0001) or e.hwcaps_subdir:
                 continue
-            n = _lib_name(e.key, names)
+            n = _lib_name(e.key, names, order)
             if n is not None:
                 candidates.setdefault(n, []).append(e.path)
     found: dict[str, DriverFile] = {}
@@ -129,14 +142,16 @@ def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str |
     """EGL platform libraries (libnvidia-egl-gbm.so.1.1.1 ...): own versions, not NVRM's."""
     machine = machine or native_machine()
     listings: list[tuple[str, list[str]]] = []  # each lib dir read once
+    prefixes = tuple(name + "." for name in catalogue.GRAPHICS_EXTRA_LIBRARIES)
     for d in lib_dirs:
         real_dir = resolve_in_root(root, d)
         if real_dir is None:
             continue
         try:
-            listings.append((real_dir, sorted(os.listdir(host_path(root, real_dir)))))
+            listing = os.listdir(host_path(root, real_dir))
         except OSError:
             continue
+        listings.append((real_dir, sorted(e for e in listing if e.startswith(prefixes))))
     found = []
     for name in catalogue.GRAPHICS_EXTRA_LIBRARIES:
         f = None

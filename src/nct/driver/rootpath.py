@@ -13,6 +13,25 @@ import stat
 
 MAX_LINKS = 40
 
+# Host paths seen to be real directories during one discovery pass (see dirs_memo()): a
+# driver tree is looked up a few hundred times, mostly under the same few directories.
+_known_dirs: set[str] | None = None
+
+
+class dirs_memo:
+    """`with dirs_memo():` remembers, for the calls inside it only, which components are
+    real directories, so they are not lstat'ed again (one discovery pass, not across runs)."""
+
+    def __enter__(self) -> None:
+        global _known_dirs
+        self._outer = _known_dirs
+        if _known_dirs is None:
+            _known_dirs = set()
+
+    def __exit__(self, *exc: object) -> None:
+        global _known_dirs
+        _known_dirs = self._outer
+
 
 def resolve_in_root(root: str, path: str) -> str | None:
     """The node path (absolute, no symlinks) that `path` names inside `root`, or None when it
@@ -21,6 +40,7 @@ def resolve_in_root(root: str, path: str) -> str | None:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     resolved: list[str] = []
     links = 0
+    known = _known_dirs
     while parts:
         part = parts.pop(0)
         if part == "..":
@@ -29,10 +49,15 @@ def resolve_in_root(root: str, path: str) -> str | None:
             continue
         candidate = resolved + [part]
         host = _host(root, candidate)
+        if known is not None and host in known:
+            resolved = candidate
+            continue
         try:
             st = os.lstat(host)
         except OSError:
             return None
+        if known is not None and stat.S_ISDIR(st.st_mode):
+            known.add(host)
         if stat.S_ISLNK(st.st_mode):
             links += 1
             if links > MAX_LINKS:

@@ -9,26 +9,29 @@ MIG device (MIG- UUID, `i:j`), which also selects its parent GPU. Anything else 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from nct.driver.model import Gpu, MigDevice, Node
 from nct.errors import RequestError
+from nct.record import Record, _set
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
-_PCI = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$")
-_MIG_INDEX = re.compile(r"^([0-9]+):([0-9]+)$")
+# Compiled (and cached by re) on first use: `all` and plain indices need neither.
+_PCI = r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$"
+_MIG_INDEX = r"^([0-9]+):([0-9]+)$"
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(Record):
     """Selected devices in node order; `all` records that `all` was asked for."""
 
-    gpus: tuple[Gpu, ...] = ()
-    migs: tuple[MigDevice, ...] = ()
-    all: bool = False
+    __slots__ = ("gpus", "migs", "all")
+
+    def __init__(self, gpus: tuple[Gpu, ...] = (), migs: tuple[MigDevice, ...] = (), all: bool = False) -> None:
+        _set(self, "gpus", gpus)
+        _set(self, "migs", migs)
+        _set(self, "all", all)
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)
@@ -37,7 +40,7 @@ class Selection:
 def normalise_bus_id(value: str) -> str | None:
     """"0:1:0.0" / "0000:01:00.0" -> "00000000:01:00.0" (function forced to 0, as upstream);
     None when `value` is not a PCI address with a domain."""
-    m = _PCI.match(value.strip())
+    m = re.match(_PCI, value.strip())
     if not m:
         return None
     return f"{int(m.group(1), 16):08x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.0"
@@ -102,7 +105,7 @@ def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
             for m in g.migs:
                 if m.uuid and m.uuid.lower() == dev.lower():
                     return m
-    m = _MIG_INDEX.match(dev)
+    m = re.match(_MIG_INDEX, dev)
     if m:
         i, j = int(m.group(1)), int(m.group(2))
         for g in gpus:

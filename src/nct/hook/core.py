@@ -152,8 +152,9 @@ def apply_options(prepared: Prepared, request: ContainerRequest, settings: Setti
 
 
 def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: int | None,
-              settings: Settings) -> None:
-    """Apply a prepared plan to the container (its mount namespace when `pid` is given)."""
+              settings: Settings, *, in_process: bool = False) -> None:
+    """Apply a prepared plan to the container (its mount namespace when `pid` is given).
+    `in_process`: the caller is a disposable process (see apply_edits): no fork."""
     from nct.container.apply import apply_edits
 
     edits = prepared.edits
@@ -161,7 +162,7 @@ def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: i
         from dataclasses import replace
 
         edits = replace(edits, cuda_compat_dir=None)
-    apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings))
+    apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process)
 
 
 def check_rootfs(rootfs: str) -> str:

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from nct.hook.prestart import prestart
 
-        prestart(sys.stdin.buffer.read(), config_path=opts["config"], debug=opts["debug"])
+        prestart(sys.stdin.buffer.read(), config_path=opts["config"], debug=opts["debug"],
+                 disposable=_IS_HOOK_PROCESS)
     except NctError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         _exit(1)

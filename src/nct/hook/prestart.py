@@ -115,8 +115,11 @@ def _setup_logging(debug: bool, cfg) -> None:
     logger.setLevel(logging.DEBUG)
 
 
-def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool = False) -> None:
-    """Configure the container described by the OCI state. Raises an NctError (one line)."""
+def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool = False,
+             disposable: bool = False) -> None:
+    """Configure the container described by the OCI state. Raises an NctError (one line).
+    `disposable`: this is the hook process, which exits right after (the container is
+    configured without forking, leaving this process in the container's mount namespace)."""
     from time import perf_counter
 
     t0 = perf_counter()
@@ -140,6 +143,6 @@ def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool 
     t2 = perf_counter()
     log.debug("configuring pid %d rootfs %s: %d device nodes, %d mounts", pid, rootfs,
               len(prepared.edits.device_nodes), len(prepared.edits.mounts))
-    core.configure(prepared, request, rootfs, pid, settings)
+    core.configure(prepared, request, rootfs, pid, settings, in_process=disposable)
     log.debug("timings: request %.1f ms, discover+plan %.1f ms, apply %.1f ms",
               (t1 - t0) * 1e3, (t2 - t1) * 1e3, (perf_counter() - t2) * 1e3)
