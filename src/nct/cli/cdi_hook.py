@@ -39,6 +39,12 @@ class _HookCommand(click.Command):
         except NctError as e:
             click.echo(f"{PROG}: {e}", err=True)
             ctx.exit(1)
+        except (OSError, ValueError) as e:  # an unexpected image layout: one line, no traceback
+            msg = str(e)
+            if isinstance(e, OSError) and e.strerror:
+                msg = f"{e.filename}: {e.strerror}" if e.filename is not None else e.strerror
+            click.echo(f"{PROG}: {self.name}: {' '.join(msg.splitlines())}", err=True)
+            ctx.exit(1)
 
 
 class _HookGroup(click.Group):

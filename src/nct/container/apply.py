@@ -80,7 +80,7 @@ def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: Ap
     The work happens in a forked child, so that the caller stays in its own mount namespace;
     `in_process=True` is for a disposable caller that exits right afterwards (the prestart
     hook process): it does the work itself, and is left in the container's namespace."""
-    if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/":
+    if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/" or _is_host_root(rootfs):
         raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
     if pid is not None and not options.no_cgroups:
         allow_devices(pid, device_rules(edits), options.host_proc)
@@ -89,6 +89,19 @@ def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: Ap
         _work(edits, rootfs, pid, options)
         return
     _run_in_child(lambda: _work(edits, rootfs, pid, options))
+
+
+def _is_host_root(rootfs: str) -> bool:
+    """Whether `rootfs` is our / by identity ("//", a symlink or a bind mount of / are)."""
+    try:
+        fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False  # reported when the root is opened
+    try:
+        st, host = os.fstat(fd), os.stat("/")
+    finally:
+        os.close(fd)
+    return (st.st_dev, st.st_ino) == (host.st_dev, host.st_ino)
 
 
 def _run_in_child(fn) -> None:

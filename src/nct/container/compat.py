@@ -19,12 +19,24 @@ _LIBCUDA = r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$"  # compiled (and cached by
 _MAX_ELF = 512 << 20
 
 
+def _int(s: str) -> int | None:
+    """int(s) for a plain decimal number, else None ("²" is a digit to str.isdigit, not to int;
+    int() also refuses more than 4300 digits)."""
+    if not s.isdecimal():
+        return None
+    try:
+        return int(s)
+    except ValueError:
+        return None
+
+
 def _vtuple(v: str) -> tuple[int, ...]:
     parts = []
     for p in v.strip().split("."):
-        if not p.isdigit():
+        n = _int(p)
+        if n is None:
             break
-        parts.append(int(p))
+        parts.append(n)
     while parts and parts[-1] == 0 and len(parts) > 1:
         parts.pop()
     return tuple(parts)
@@ -74,7 +86,7 @@ def _note_decision(note: dict, host_driver: str | None, host_cuda: str | None, c
     cuda = None
     for key, value in note.items():
         if isinstance(value, list):
-            majors = [int(v) for v in value if str(v).isdigit()]
+            majors = [n for n in (_int(str(v)) for v in value) if n is not None]
         elif "cuda" in key.lower() and isinstance(value, str):
             cuda = value
     if host_driver:

@@ -47,7 +47,17 @@ def container_root(state: dict | None = None, spec_path: str | None = None) -> s
 def open_root(path: str) -> Root:
     if os.path.normpath(path) == "/":
         raise ContainerError("container root must not be /")
-    return Root(path)
+    root = Root(path)
+    # By identity, not by name: "//", "/./..", a symlink or a bind mount of / are / too.
+    try:
+        st, host = os.fstat(root.fd), os.stat("/")
+    except OSError as e:
+        root.close()
+        raise ContainerError(f"container root {path}: {e.strerror}") from None
+    if (st.st_dev, st.st_ino) == (host.st_dev, host.st_ino):
+        root.close()
+        raise ContainerError(f"container root {path} must not be /")
+    return root
 
 
 def create_symlinks(root: Root, links: list[str]) -> int:
@@ -63,9 +73,10 @@ def create_symlinks(root: Root, links: list[str]) -> int:
 
 def chmod_paths(root: Root, mode: int, paths: list[str]) -> None:
     for p in paths:
-        if root.lstat(p) is None:
+        try:
+            root.chmod(p, mode)
+        except FileNotFoundError:  # absent, or a dangling symlink: skipped, as upstream
             continue
-        root.chmod(p, mode)
 
 
 def disable_device_node_modification(root: Root, host_params: str = "/proc/driver/nvidia/params") -> bool:

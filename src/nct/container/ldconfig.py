@@ -4,9 +4,12 @@ The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed
 anything else happens, so the binary we run cannot be swapped by the image. A forked child
 then takes its own mount namespace, makes every mount private, pivots into the container root
 (chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
-read-only tmpfs mounts and execs the memfd with an empty environment. From there on every path
-ldconfig (or we) touch resolves inside the container root by construction: an image whose /etc
-is a symlink to a host path just writes inside its own rootfs.
+read-only tmpfs mounts, leaves the host's network, IPC and UTS namespaces, keeps only
+CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (bounding, effective, permitted, inheritable; no new
+privileges), arms a SIGALRM (a FIFO in the image must not block it forever) and execs the memfd
+(a static ELF: a dynamic loader would come from the image) with an empty environment. From
+there on every path ldconfig (or we) touch resolves inside the container root by construction:
+an image whose /etc is a symlink to a host path just writes inside its own rootfs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from __future__ import annotations
 import fcntl
 import os
 import resource
+import select
+import signal
 import stat
+import struct
+import time
 
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root
@@ -22,6 +29,16 @@ from nct.errors import ContainerError
 
 MFD_EXEC = 0x10
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
+# Seconds ldconfig may run (blocked time included: SIGALRM, set right before execve); the
+# parent kills it a little later still, in case it ignores the alarm.
+LDCONFIG_TIMEOUT = 30
+# All that ldconfig keeps after execve (uid 0): read and write the cache and conf files
+# whatever their owner and modes. No CAP_SYS_ADMIN, CAP_SYS_CHROOT, CAP_SYS_PTRACE, CAP_KILL,
+# ... and no CAP_DAC_READ_SEARCH: CAP_DAC_OVERRIDE already grants every read and search, and
+# CAP_DAC_READ_SEARCH alone allows open_by_handle_at(), which opens any inode of the filesystem
+# under the rootfs (the host's "/" when the rootfs is a plain directory) from inside the root.
+LDCONFIG_CAPS = (sc.CAP_CHOWN, sc.CAP_DAC_OVERRIDE, sc.CAP_FOWNER)
+_PT_INTERP = 3
 
 
 def host_ldconfig(spec: str) -> str | None:
@@ -35,13 +52,41 @@ def host_ldconfig(spec: str) -> str | None:
     return path
 
 
+def _check_static_elf(fd: int, path: str) -> None:
+    """Refuse anything but an ELF executable without a PT_INTERP header: run inside the
+    container root, a dynamic loader (or a script's "#!" interpreter) would come from the image."""
+    head = os.pread(fd, 64, 0)
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        raise ContainerError(f"ldconfig {path}: not an ELF executable (a script's interpreter would "
+                             "be loaded from the container root)")
+    end = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        phoff, = struct.unpack_from(end + "Q", head, 32)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
+    else:
+        phoff, = struct.unpack_from(end + "I", head, 28)
+        phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
+    if phentsize < 4 or phnum > 4096:
+        raise ContainerError(f"ldconfig {path}: malformed ELF program headers")
+    table = os.pread(fd, phentsize * phnum, phoff)
+    if len(table) < phentsize * phnum:
+        raise ContainerError(f"ldconfig {path}: truncated ELF program headers")
+    for i in range(phnum):
+        if struct.unpack_from(end + "I", table, i * phentsize)[0] == _PT_INTERP:
+            raise ContainerError(f"ldconfig {path}: dynamically linked (PT_INTERP); its interpreter "
+                                 "would be loaded from the container root, use a static ldconfig")
+
+
 def sealed_copy(path: str) -> int:
-    """A sealed, read-only memfd holding a copy of executable `path`."""
+    """A sealed, read-only memfd holding a copy of executable `path` (a static ELF)."""
     try:
         src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            raise ContainerError(f"ldconfig {path}: not a regular file")
+        _check_static_elf(src, path)
         try:
             mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
         except OSError:
@@ -85,8 +130,8 @@ def _listed_in_conf(root: Root) -> set[str]:
     files = ["/etc/ld.so.conf"] + [f"/etc/ld.so.conf.d/{n}" for n in sorted(root.listdir("/etc/ld.so.conf.d"))
                                    if n.endswith(".conf")]
     for name in files:
-        try:
-            fd = root.open(name, os.O_RDONLY)
+        try:  # O_NONBLOCK: a FIFO planted by the image must not block us (skipped below)
+            fd = root.open(name, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, ContainerError):
             continue
         try:
@@ -129,11 +174,13 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
     path = f"/etc/ld-musl-{os.uname().machine}.path"
     current: list[str] = []
     try:
-        fd = root.open(path, os.O_RDONLY)
+        fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         current = list(MUSL_DEFAULT)
     else:
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ContainerError(f"{path} in container root {root.path}: not a regular file")
             text = os.read(fd, 1 << 20).decode(errors="replace")
         finally:
             os.close(fd)
@@ -239,12 +286,18 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+            last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(root, no_pivot)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
+            # No host network, IPC or hostname; then only the capabilities ldconfig needs.
+            sc.unshare(sc.CLONE_NEWNET | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS)
+            sc.limit_caps(LDCONFIG_CAPS, last_cap)
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # an ignored SIGALRM would survive execve
+            signal.alarm(LDCONFIG_TIMEOUT)
             if exe_fd is not None:
                 os.execve(exe_fd, [argv0] + args, {})
             os.execve(argv0, [argv0] + args, {})
@@ -257,14 +310,28 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os._exit(code)
     os.close(err_w)
     chunks = []
-    while True:
-        b = os.read(err_r, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(err_r)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + LDCONFIG_TIMEOUT + 5
+    killed = False
+    poller = select.poll()
+    poller.register(err_r, select.POLLIN)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
+                os.kill(pid, signal.SIGKILL)  # ignored its alarm (or something holds the pipe)
+                killed = True
+                break
+            b = os.read(err_r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(err_r)
+        _, status = os.waitpid(pid, 0)
     out = b"".join(chunks).decode(errors="replace").strip()
+    if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
+        raise ContainerError(f"ldconfig in container root {root.path} timed out "
+                             f"(after {LDCONFIG_TIMEOUT}s; a FIFO or device in its configuration?)")
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
         last = out.splitlines()[-1] if out else f"exit status {rc}"

@@ -35,6 +35,7 @@ MS_PRIVATE, MS_SLAVE = 1 << 18, 1 << 19
 MNT_DETACH = 2
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET = 0x04000000, 0x08000000, 0x40000000
 
 # openat2 resolve flags
 RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS = 0x01, 0x02, 0x04
@@ -167,11 +168,41 @@ def fsmount_tmpfs(options: dict[str, str], attrs: int, what: str) -> int:
 
 
 PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 1, 15, 38
+PR_CAPBSET_READ, PR_CAPBSET_DROP = 23, 24
+CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER = 0, 1, 2, 3
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def prctl(option: int, arg: int | bytes = 0) -> None:
     if _libc.prctl(option, arg, 0, 0, 0) != 0:
         _raise(f"prctl {option}")
+
+
+def cap_last_cap() -> int:
+    """The highest capability number the running kernel knows (what
+    /proc/sys/kernel/cap_last_cap says), probed with PR_CAPBSET_READ: no path look-up."""
+    cap = 0
+    while cap < 63 and _libc.prctl(PR_CAPBSET_READ, cap + 1, 0, 0, 0) >= 0:
+        cap += 1
+    return cap
+
+
+def limit_caps(keep: tuple[int, ...] | list[int], last_cap: int) -> None:
+    """Drop every capability but `keep` from the bounding set (0..last_cap), then set the
+    effective, permitted and inheritable sets to exactly `keep` (capset, version 3). A uid-0
+    execve afterwards gets `keep` and nothing else. Needs CAP_SETPCAP until the bounding set
+    is done; acts on the calling thread only."""
+    for cap in range(last_cap + 1):
+        if cap not in keep and _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            _raise(f"drop capability {cap} from the bounding set")
+    mask = 0
+    for cap in keep:
+        mask |= 1 << cap
+    header = ctypes.create_string_buffer(struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0), 8)
+    lo, hi = mask & 0xFFFFFFFF, mask >> 32
+    data = ctypes.create_string_buffer(struct.pack("IIIIII", lo, lo, lo, hi, hi, hi), 24)
+    if _libc.capset(header, data) != 0:
+        _raise("capset")
 
 
 def attrs_from_options(options: tuple[str, ...] | list[str]) -> int:
@@ -202,21 +233,37 @@ def _bpf(cmd: int, attr: ctypes.Array, what: str) -> int:
 
 
 def bpf_prog_load_device(insns: bytes, license: bytes = b"Apache") -> int:
-    """Load a BPF_PROG_TYPE_CGROUP_DEVICE program; returns its fd. Verifier log in the error."""
+    """Load a BPF_PROG_TYPE_CGROUP_DEVICE program; returns its fd. Verifier log in the error.
+
+    Loaded without a verifier log: since Linux 6.4 a log that overflows its buffer turns a
+    successful load into ENOSPC (large rule sets). Only a failed load is retried with the log,
+    to put the verifier's reason in the error (the errno stays the one of the log-less load)."""
     code = ctypes.create_string_buffer(insns, len(insns))
     lic = ctypes.create_string_buffer(license)
-    log = ctypes.create_string_buffer(65536)
-    attr = ctypes.create_string_buffer(_ATTR_SIZE)
-    struct.pack_into("IIQQIIQ", attr, 0, BPF_PROG_TYPE_CGROUP_DEVICE, len(insns) // 8,
-                     ctypes.addressof(code), ctypes.addressof(lic), 1, len(log), ctypes.addressof(log))
-    struct.pack_into("16s", attr, 48, b"nct_devices")
-    try:
+
+    def load(log: ctypes.Array | None) -> int:
+        attr = ctypes.create_string_buffer(_ATTR_SIZE)
+        struct.pack_into("IIQQIIQ", attr, 0, BPF_PROG_TYPE_CGROUP_DEVICE, len(insns) // 8,
+                         ctypes.addressof(code), ctypes.addressof(lic), 1 if log is not None else 0,
+                         len(log) if log is not None else 0, ctypes.addressof(log) if log is not None else 0)
+        struct.pack_into("16s", attr, 48, b"nct_devices")
         return _bpf(BPF_PROG_LOAD, attr, "load device cgroup program")
+
+    try:
+        return load(None)
     except SyscallError as e:
-        detail = log.value.decode(errors="replace").strip().splitlines()
-        if detail:
-            raise SyscallError(f"{e}: {detail[-1]}", e.errno) from None
-        raise
+        first = e
+    log = ctypes.create_string_buffer(65536)
+    try:
+        return load(log)
+    except SyscallError:
+        pass
+    # The last line is the verifier's statistics ("processed N insns ..."): show the reason.
+    detail = [line for line in log.value.decode(errors="replace").strip().splitlines()
+              if line.strip() and not line.startswith("processed ")]
+    if detail:
+        raise SyscallError(f"{first}: {detail[-1]}", first.errno) from None
+    raise first
 
 
 def bpf_prog_attach(cgroup_fd: int, prog_fd: int, flags: int, replace_fd: int = 0, what: str = "") -> None:

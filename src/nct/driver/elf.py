@@ -88,10 +88,15 @@ def read_elf_cached(path: str, cache: "ElfCache | None") -> ElfInfo:
     except OSError as e:
         raise NotElf(f"unreadable: {e.strerror or e}") from None
     hit = cache.get(key)
-    if hit is not None and len(hit) == 5:
+    # The cache is a file on disk: an entry of any other shape is a miss, never an error.
+    if isinstance(hit, list) and len(hit) == 5:
         if hit[0] == "!":
-            raise NotElf(hit[1])
-        return ElfInfo(hit[0], hit[1], hit[2], tuple(hit[3]), hit[4])
+            if isinstance(hit[1], str):
+                raise NotElf(hit[1])
+        elif (type(hit[0]) is int and hit[0] in (32, 64) and isinstance(hit[1], str)
+              and (hit[2] is None or isinstance(hit[2], str)) and isinstance(hit[3], list)
+              and all(isinstance(n, str) for n in hit[3]) and isinstance(hit[4], str)):
+            return ElfInfo(hit[0], hit[1], hit[2], tuple(hit[3]), hit[4])
     try:
         info = read_elf(path)
     except NotElf as e:

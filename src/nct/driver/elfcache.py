@@ -19,6 +19,7 @@ CACHE_NAME = "elf-cache-v1.json"
 # A node has a few hundred driver files at most; the whole file is parsed by every hook, so
 # it stays small (entries of files that are gone are dropped whenever it is rewritten).
 MAX_ENTRIES = 512
+MAX_BYTES = 4 << 20  # a full cache is ~100 KiB
 
 
 class ElfCache:
@@ -33,26 +34,71 @@ class ElfCache:
     def key(path: str, st: os.stat_result) -> str:
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
-    def _trusted_dir(self) -> bool:
+    def _open_dir(self) -> int | None:
+        """An fd of the cache directory when it is ours and writable by nobody else (opened
+        without following a symlink, checked on the fd itself); None otherwise."""
         try:
-            st = os.lstat(self.directory)
+            dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
+            return None
+        try:
+            st = os.fstat(dfd)
+        except OSError:
+            st = None
+        if (st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid()
+                or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            os.close(dfd)
+            return None
+        return dfd
+
+    def _trusted_dir(self) -> bool:
+        dfd = self._open_dir()
+        if dfd is None:
             return False
-        return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-                and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+        os.close(dfd)
+        return True
+
+    def _read(self) -> bytes | None:
+        """The cache file's bytes when it is a regular file we own that nobody else can write."""
+        dfd = self._open_dir()
+        if dfd is None:
+            return None
+        try:
+            # O_NONBLOCK: a FIFO planted here must not hang the hook (it is refused below).
+            fd = os.open(CACHE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                    or st.st_size > MAX_BYTES):
+                return None
+            chunks, size = [], 0
+            while size <= MAX_BYTES:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def _load(self) -> dict[str, list]:
         if self._entries is None:
             self._entries = {}
-            if self._trusted_dir():
+            raw = self._read()
+            if raw is not None and len(raw) <= MAX_BYTES:
                 try:
-                    fd = os.open(os.path.join(self.directory, CACHE_NAME), os.O_RDONLY | os.O_NOFOLLOW)
-                    with os.fdopen(fd, "rb") as f:
-                        data = json.loads(f.read())
-                    if isinstance(data, dict):
-                        self._entries = data
-                except (OSError, ValueError):
-                    pass
+                    data = json.loads(raw)
+                except (ValueError, RecursionError):
+                    data = None
+                if isinstance(data, dict):
+                    self._entries = {k: v for k, v in data.items() if isinstance(v, list)}
         return self._entries
 
     def get(self, key: str) -> list | None:
@@ -78,6 +124,6 @@ class ElfCache:
             from nct.fileio import atomic_write
 
             atomic_write(os.path.join(self.directory, CACHE_NAME),
-                         json.dumps(entries, separators=(",", ":")).encode(), mode=0o600)
+                         json.dumps(entries, separators=(",", ":")).encode(), mode=0o600, keep_owner=False)
         except OSError:
             pass

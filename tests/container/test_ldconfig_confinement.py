@@ -1,0 +1,213 @@
+"""The ldconfig child is confined: an image-provided (or exploited) ldconfig keeps only the three
+file capabilities it needs and cannot reach the host through /proc; the host ldconfig must be a
+static ELF; FIFOs and odd files in the image's ld.so configuration never hang container creation.
+Real parts: busybox rootfs, gcc-built static programs, real FIFOs, the real /sbin/ldconfig."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from realparts import needs_gcc, needs_root
+
+HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+LDCONFIG_CAPS = 0xB  # CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER (no CAP_DAC_READ_SEARCH: see below)
+
+PROBE_C = r'''
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
+
+static void try_read(FILE *out, const char *what, const char *path) {
+    char buf[256] = {0};
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { fprintf(out, "%s denied %s\n", what, strerror(errno)); return; }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[strcspn(buf, "\n")] = 0;
+    fprintf(out, "%s read %s\n", what, n > 0 ? buf : "");
+}
+
+int main(void) {
+    FILE *out = fopen("/ldconfig.out", "w");
+    if (!out) return 3;
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d)) return 4;
+    unsigned long long bnd = 0;
+    for (int c = 0; c < 64; c++) if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) == 1) bnd |= 1ULL << c;
+    fprintf(out, "CapEff %llx\nCapPrm %llx\nCapInh %llx\nCapBnd %llx\n",
+            d[0].effective | (unsigned long long)d[1].effective << 32,
+            d[0].permitted | (unsigned long long)d[1].permitted << 32,
+            d[0].inheritable | (unsigned long long)d[1].inheritable << 32, bnd);
+    /* the reviewer's attack: a procfs of the host PID namespace, then a process's root */
+    fprintf(out, "mountproc %s\n", mount("proc", "/proc", "proc", 0, NULL) ? strerror(errno) : "ok");
+    char path[512];
+    snprintf(path, sizeof path, "/proc/1/root%s", HOST_SECRET);
+    try_read(out, "pid1root", path);
+    snprintf(path, sizeof path, "/proc/%d/root%s", (int)getppid(), HOST_SECRET);
+    try_read(out, "ppidroot", path);
+    fprintf(out, "chroot %s\n", chroot("/tmp") ? strerror(errno) : "ok");
+    /* "shocker": the root directory of the filesystem the rootfs lives on (ext4 inode 2) */
+    struct { struct file_handle h; unsigned char b[8]; } fh;
+    unsigned int ino = 2, gen = 0;
+    fh.h.handle_bytes = 8; fh.h.handle_type = 1; /* FILEID_INO32_GEN */
+    memcpy(fh.h.f_handle, &ino, 4); memcpy(fh.h.f_handle + 4, &gen, 4);
+    int hfd = open_by_handle_at(open("/", O_RDONLY), &fh.h, O_RDONLY | O_DIRECTORY);
+    fprintf(out, "openbyhandle %s\n", hfd < 0 ? strerror(errno) : "ok");
+    return fclose(out) ? 5 : 0;
+}
+'''
+
+
+def _build(tmp_path, name: str, source: str, *flags: str) -> str:
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    out = str(tmp_path / name)
+    subprocess.run(["gcc", "-O1", *flags, "-o", out, str(src)], check=True)
+    return out
+
+
+def _run_ldconfig(rootfs: str, *, ldconfig: str = "@/sbin/ldconfig", write_conf: bool = True,
+                  timeout_s: int | None = None, limit: float = 60) -> subprocess.CompletedProcess:
+    """run_ldconfig on `rootfs` in a subprocess, so that a hang fails the test (limit) instead
+    of blocking the suite. Prints "OK" or the one-line error."""
+    code = textwrap.dedent(f"""
+        from nct.container import ldconfig as L
+        from nct.container.rootfs import Root
+        from nct.errors import NctError
+        if {timeout_s!r} is not None:
+            L.LDCONFIG_TIMEOUT = {timeout_s!r}
+        try:
+            with Root({rootfs!r}) as r:
+                L.run_ldconfig(r, ["/usr/lib/x86_64-linux-gnu", "/opt/nv/lib"], ldconfig={ldconfig!r},
+                               write_conf={write_conf!r})
+        except NctError as e:
+            print("ERR", e)
+        else:
+            print("OK")
+    """)
+    env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit, env=env)
+
+
+# ---- capabilities and namespaces ------------------------------------------------------------
+@needs_root
+@needs_gcc
+def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, rootfs):
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-ONLY-SECRET\n")
+    probe = _build(tmp_path, "probe", PROBE_C, "-static", f'-DHOST_SECRET="{secret}"')
+    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+    dst = os.path.join(rootfs, "sbin", "ldconfig")
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    with open(probe, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o755)
+    res = _run_ldconfig(rootfs, ldconfig="/sbin/ldconfig")  # features.allow-ldconfig-from-container
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    report = dict(line.split(" ", 1) for line in open(os.path.join(rootfs, "ldconfig.out")).read().splitlines())
+    for key in ("CapEff", "CapPrm", "CapInh", "CapBnd"):
+        assert int(report[key], 16) == LDCONFIG_CAPS, report
+    assert report["mountproc"] == "Operation not permitted", report
+    assert report["pid1root"].startswith("denied"), report
+    assert report["ppidroot"].startswith("denied"), report
+    assert report["chroot"] == "Operation not permitted", report
+    assert report["openbyhandle"] != "ok", report  # with CAP_DAC_READ_SEARCH: the host's "/"
+    assert "HOST-ONLY-SECRET" not in open(os.path.join(rootfs, "ldconfig.out")).read()
+
+
+# ---- the host ldconfig must be a static ELF -----------------------------------------------------
+@needs_root
+@needs_gcc
+def test_dynamic_or_script_host_ldconfig_refused(tmp_path, rootfs):
+    from nct.container.ldconfig import sealed_copy
+    from nct.errors import ContainerError
+
+    dynamic = _build(tmp_path, "dyn", "int main(void) { return 0; }\n")
+    static = _build(tmp_path, "stat", "int main(void) { return 0; }\n", "-static")
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    with pytest.raises(ContainerError, match=r"dynamically linked \(PT_INTERP\)"):
+        sealed_copy(dynamic)
+    with pytest.raises(ContainerError, match="not an ELF executable"):
+        sealed_copy(str(script))
+    os.close(sealed_copy(static))
+    os.close(sealed_copy("/sbin/ldconfig"))  # the real one is static(-pie)
+    state = {"ociVersion": "1.0.2", "id": "x", "status": "creating", "pid": os.getpid(),
+             "bundle": os.path.dirname(rootfs)}
+    with open(os.path.join(state["bundle"], "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "root": {"path": "rootfs"}}, f)
+    res = subprocess.run([HOOK, "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
+                          "--ldconfig-path", dynamic], input=json.dumps(state), capture_output=True,
+                         text=True, env=CLEAN_ENV, timeout=60)
+    assert res.returncode != 0
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "PT_INTERP" in err[0], res.stderr
+
+
+# ---- FIFOs and other non-regular files in the image's configuration -----------------------------
+@needs_root
+@pytest.mark.parametrize("fifo", ["etc/ld.so.conf", "etc/ld.so.conf.d/x.conf"])
+@pytest.mark.parametrize("write_conf", [True, False], ids=["cdi-hook", "cli-configure"])
+def test_fifo_in_ld_so_conf_does_not_hang(rootfs, fifo, write_conf):
+    os.makedirs(os.path.join(rootfs, "etc/ld.so.conf.d"), exist_ok=True)
+    if fifo == "etc/ld.so.conf.d/x.conf":
+        with open(os.path.join(rootfs, "etc/ld.so.conf"), "w") as f:
+            f.write("include /etc/ld.so.conf.d/*.conf\n")
+    os.mkfifo(os.path.join(rootfs, fifo))
+    start = time.monotonic()
+    res = _run_ldconfig(rootfs, write_conf=write_conf, timeout_s=2, limit=30)
+    assert time.monotonic() - start < 20
+    out = res.stdout.strip()
+    assert out.startswith("ERR ") and "ldconfig in container root" in out and "timed out" in out, \
+        res.stdout + res.stderr
+    assert len(out.splitlines()) == 1
+
+
+@needs_root
+@needs_gcc
+def test_ldconfig_ignoring_its_alarm_is_killed(tmp_path, rootfs):
+    """A container ldconfig that ignores SIGALRM and blocks is killed by the parent."""
+    prog = _build(tmp_path, "sleeper", "#include <signal.h>\n#include <unistd.h>\n"
+                  "int main(void) { signal(SIGALRM, SIG_IGN); for (;;) pause(); }\n", "-static")
+    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+    dst = os.path.join(rootfs, "sbin", "ldconfig")
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    with open(prog, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o755)
+    start = time.monotonic()
+    res = _run_ldconfig(rootfs, ldconfig="/sbin/ldconfig", timeout_s=1, limit=40)
+    assert time.monotonic() - start < 30
+    assert res.stdout.strip().startswith("ERR ") and "timed out" in res.stdout, res.stdout + res.stderr
+
+
+@needs_root
+@pytest.mark.parametrize("kind", ["dir", "fifo"])
+def test_musl_path_not_a_regular_file(rootfs, kind):
+    with open(os.path.join(rootfs, "etc/alpine-release"), "w") as f:
+        f.write("3.19.0\n")
+    path = os.path.join(rootfs, "etc", f"ld-musl-{os.uname().machine}.path")
+    os.mkdir(path) if kind == "dir" else os.mkfifo(path)
+    res = _run_ldconfig(rootfs, write_conf=True, limit=30)
+    out = res.stdout.strip()
+    assert out == f"ERR /etc/ld-musl-{os.uname().machine}.path in container root {rootfs}: not a regular file", \
+        res.stdout + res.stderr
