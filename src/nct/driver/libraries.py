@@ -181,19 +181,27 @@ def find_binaries(root: str, path_env: str | None = None) -> list[DriverFile]:
         for name in names:
             for d in dirs:
                 node_path = f"{d}/{name}" if d != "/" else f"/{name}"
-                real = resolve_in_root(root, node_path)
-                if real is None:
+                hit = _stat_in_root(root, node_path)
+                if hit is None:
                     continue
-                host = host_path(root, real)
-                try:
-                    st = os.stat(host)
-                except OSError:
-                    continue
+                host, st = hit
                 if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
                     found.append(DriverFile(kind="bin", host_path=host, container_path=node_path,
                                             capability=cap, name=name))
                     break
     return found
+
+
+def _stat_in_root(root: str, node_path: str) -> tuple[str, os.stat_result] | None:
+    """(host path, stat) of a node path resolved inside the driver root; None if absent."""
+    real = resolve_in_root(root, node_path)
+    if real is None:
+        return None
+    host = host_path(root, real)
+    try:
+        return host, os.stat(host)
+    except OSError:
+        return None
 
 
 def find_ipcs(root: str, mps_pipe_dir: str | None = None) -> list[DriverFile]:
@@ -204,14 +212,10 @@ def find_ipcs(root: str, mps_pipe_dir: str | None = None) -> list[DriverFile]:
         if is_mps and mps_pipe_dir:
             candidates = (mps_pipe_dir,) + tuple(candidates)
         for node_path in candidates:
-            real = resolve_in_root(root, node_path)
-            if real is None:
+            hit = _stat_in_root(root, node_path)
+            if hit is None:
                 continue
-            host = host_path(root, real)
-            try:
-                st = os.stat(host)
-            except OSError:
-                continue
+            host, st = hit
             ok = stat.S_ISDIR(st.st_mode) if is_mps else stat.S_ISSOCK(st.st_mode)
             if ok:
                 found.append(DriverFile(kind="ipc", host_path=host, container_path=node_path, capability=cap,
@@ -235,10 +239,10 @@ def find_firmware(root: str, version: str) -> list[DriverFile]:
         for n in names:
             if not (n.startswith("gsp") and n.endswith(".bin")) or n in found:
                 continue
-            real = resolve_in_root(root, f"{real_dir}/{n}")
-            if real is None or not os.path.isfile(host_path(root, real)):
+            hit = _stat_in_root(root, f"{real_dir}/{n}")
+            if hit is None or not stat.S_ISREG(hit[1].st_mode):
                 continue
-            found[n] = DriverFile(kind="firmware", host_path=host_path(root, real), container_path=f"{d}/{n}",
+            found[n] = DriverFile(kind="firmware", host_path=hit[0], container_path=f"{d}/{n}",
                                   capability=None, name=n)
     return list(found.values())
 
@@ -254,9 +258,9 @@ def find_graphics_configs(root: str, machine: str | None = None) -> list[DriverF
         if container_path.endswith("/nvidia_icd.json"):
             candidates.append(container_path[:-len(".json")] + f".{machine}.json")
         for node_path in candidates:
-            real = resolve_in_root(root, node_path)
-            if real is not None and os.path.isfile(host_path(root, real)):
-                found.append(DriverFile(kind="config", host_path=host_path(root, real), container_path=container_path,
+            hit = _stat_in_root(root, node_path)
+            if hit is not None and stat.S_ISREG(hit[1].st_mode):
+                found.append(DriverFile(kind="config", host_path=hit[0], container_path=container_path,
                                         capability="graphics", name=os.path.basename(container_path)))
                 break
     return found
@@ -268,9 +272,9 @@ def find_xorg_modules(root: str, version: str, lib_dirs: list[str]) -> list[Driv
     found = []
     for name in ("nvidia_drv.so", f"libglxserver_nvidia.so.{version}"):
         for d in dirs:
-            real = resolve_in_root(root, f"{d}/{name}")
-            if real is not None and os.path.isfile(host_path(root, real)):
-                found.append(DriverFile(kind="xorg", host_path=host_path(root, real), container_path=f"{d}/{name}",
+            hit = _stat_in_root(root, f"{d}/{name}")
+            if hit is not None and stat.S_ISREG(hit[1].st_mode):
+                found.append(DriverFile(kind="xorg", host_path=hit[0], container_path=f"{d}/{name}",
                                         capability="graphics", name=name.split(".so")[0] + ".so"))
                 break
     return found
