@@ -8,11 +8,11 @@ import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from nct.driver import catalogue
 from nct.driver.model import Roots
+from nct.record import Record, field
 
 VERSION = "550.54.15"
 LIB64 = "/usr/lib/x86_64-linux-gnu"
@@ -71,8 +71,7 @@ class LibFarm:
         return self.base / str(bits) / f"{name}.{self.version}"
 
 
-@dataclass
-class Tree:
+class Tree(Record, frozen=False):
     root: Path
     version: str = VERSION
     gpus: list[dict] = field(default_factory=list)

@@ -9,11 +9,12 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from e2e import rootfs as R
+
+from nct.record import Record
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,8 +42,7 @@ _WHY = _missing()
 needs_e2e = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
-@dataclass
-class Node:
+class Node(Record, frozen=False):
     dir: Path
     info: dict
 

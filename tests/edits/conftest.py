@@ -1,4 +1,4 @@
-"""A factory of Node objects built straight from the model dataclasses (no filesystem), laid
+"""A factory of Node objects built straight from the model records (no filesystem), laid
 out like a real x86_64 node with driver 550.54.15, optionally under a driver root."""
 
 from __future__ import annotations

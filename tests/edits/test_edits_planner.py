@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import stat
-from dataclasses import replace as dc_replace
 
 import pytest
 
@@ -247,8 +246,8 @@ def test_imex_channels(node_factory):
     with pytest.raises(RequestError, match="unknown IMEX channel: 5"):
         plan(node, req(["0"], imex_channels=("5",)))
     # with the driver's IMEX major known, a live container gets the node planned from it
-    node = dc_replace(node, majors={**node.majors, "nvidia-caps-imex-channels": 235}, roots=dc_replace(
-        node.roots, dev="/run/nvidia/driver"))
+    node = node.replace(majors={**node.majors, "nvidia-caps-imex-channels": 235},
+                        roots=node.roots.replace(dev="/run/nvidia/driver"))
     dn = plan(node, req(["0"], imex_channels=("5",))).device_nodes[-1]
     assert (dn.path, dn.host_path, dn.major, dn.minor) == (
         "/dev/nvidia-caps-imex-channels/channel5", "/run/nvidia/driver/dev/nvidia-caps-imex-channels/channel5", 235, 5)
@@ -320,14 +319,12 @@ def test_plan_options_target_checked():
 
 
 def test_requirements_per_selected_gpu(node_factory):
-    from dataclasses import replace as dc_replace
-
     from nct.request.requirements import check_requirements
 
     node = node_factory(3, migs={2: 1})
-    gpus = (node.gpus[0], dc_replace(node.gpus[1], brand="GeForce", architecture="7.5"),
-            dc_replace(node.gpus[2], brand="GeForce", architecture=None))
-    node = dc_replace(node, gpus=gpus)
+    gpus = (node.gpus[0], node.gpus[1].replace(brand="GeForce", architecture="7.5"),
+            node.gpus[2].replace(brand="GeForce", architecture=None))
+    node = node.replace(gpus=gpus)
     check_requirements(node, select_devices(node, ["0"]), ["brand=tesla", "arch>=8.0"])
     with pytest.raises(RequirementError, match="^unsatisfied condition: brand=tesla$"):
         check_requirements(node, select_devices(node, ["0", "1"]), ["brand=tesla"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 import pytest
 
@@ -35,14 +34,14 @@ def cfg(**kw) -> Config:
     features = kw.pop("features", None)
     compat = kw.pop("cuda_compat_mode", None)
     prefixes = kw.pop("annotation_prefixes", None)
-    c = replace(DEFAULT, **kw)
+    c = DEFAULT.replace(**kw)
     if features:
-        c = replace(c, features=FeaturesConfig(**features))
+        c = c.replace(features=FeaturesConfig(**features))
     if compat is not None or prefixes is not None:
         modes = ModesConfig(legacy=LegacyModeConfig(cuda_compat_mode=compat or "ldconfig"),
                             cdi=CdiModeConfig(annotation_prefixes=prefixes if prefixes is not None
                                               else ("cdi.k8s.io/",)))
-        c = replace(c, nvidia_container_runtime=RuntimeConfig(modes=modes))
+        c = c.replace(nvidia_container_runtime=RuntimeConfig(modes=modes))
     return c
 
 
@@ -153,7 +152,7 @@ def test_mounts_need_dev_null_and_config():
 
 
 def test_mount_requests_ignore_privilege_rule():
-    c = replace(MOUNT_CFG, accept_nvidia_visible_devices_envvar_when_unprivileged=False)
+    c = MOUNT_CFG.replace(accept_nvidia_visible_devices_envvar_when_unprivileged=False)
     assert devices({}, c, mounts=[null_mount(f"{ROOT}/1")]) == ("1",)
     assert devices({"NVIDIA_VISIBLE_DEVICES": "1"}, c) is None
 

@@ -1,7 +1,6 @@
 """`create` handling with a fake backend: modifiers per mode and their order, the
 untouched-when-no-GPU rule, errors leave config.json alone."""
 
-import dataclasses
 import json
 import os
 
@@ -72,8 +71,8 @@ def _spec(env=(), annotations=None, hooks=None):
 
 def _cfg(mode="auto", **kw):
     cfg = Config()
-    rt = dataclasses.replace(cfg.nvidia_container_runtime, mode=mode)
-    return dataclasses.replace(cfg, nvidia_container_runtime=rt, **kw)
+    rt = cfg.nvidia_container_runtime.replace(mode=mode)
+    return cfg.replace(nvidia_container_runtime=rt, **kw)
 
 
 LOG = Logger()
@@ -140,9 +139,9 @@ def test_jit_cdi_with_foreign_cdi_names_uses_spec_dirs():
 def test_legacy_order_feature_gated_graphics_then_hook(monkeypatch):
     b = FakeBackend()
     cfg = _cfg("legacy")
-    cfg = dataclasses.replace(cfg, nvidia_container_runtime=dataclasses.replace(
-        cfg.nvidia_container_runtime, modes=dataclasses.replace(
-            cfg.nvidia_container_runtime.modes, legacy=LegacyModeConfig(cuda_compat_mode="hook"))))
+    rt = cfg.nvidia_container_runtime
+    cfg = cfg.replace(nvidia_container_runtime=rt.replace(
+        modes=rt.modes.replace(legacy=LegacyModeConfig(cuda_compat_mode="hook"))))
     spec = _spec(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,utility", "NVIDIA_GDS=enabled"],
                  hooks={"prestart": [{"path": "/bin/true"}]})
     out = modify_spec(spec, cfg, "legacy", LOG, b, env_path="/nonexistent")
@@ -166,9 +165,9 @@ def test_legacy_plain_just_adds_hook_and_keeps_existing():
 
 def test_legacy_compat_hook_can_be_disabled():
     cfg = _cfg("legacy", features=FeaturesConfig(disable_cuda_compat_lib_hook=True))
-    cfg = dataclasses.replace(cfg, nvidia_container_runtime=dataclasses.replace(
-        cfg.nvidia_container_runtime, modes=dataclasses.replace(
-            cfg.nvidia_container_runtime.modes, legacy=LegacyModeConfig(cuda_compat_mode="hook"))))
+    rt = cfg.nvidia_container_runtime
+    cfg = cfg.replace(nvidia_container_runtime=rt.replace(
+        modes=rt.modes.replace(legacy=LegacyModeConfig(cuda_compat_mode="hook"))))
     out = modify_spec(_spec(["NVIDIA_VISIBLE_DEVICES=0"]), cfg, "legacy", LOG, FakeBackend())
     assert "createContainer" not in out["hooks"]
 

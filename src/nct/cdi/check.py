@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 from nct.errors import NctError
 
 MAX_MISSING_SHOWN = 3
 
 
-@dataclass(frozen=True)
-class CheckOptions:
+class CheckOptions(Record):
     spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     driver_root: str | None = None
     dev_root: str | None = None
@@ -30,8 +29,7 @@ class CheckOptions:
     prog: str = "nct"
 
 
-@dataclass
-class CheckResult:
+class CheckResult(Record, frozen=False):
     """Outcome for one spec file: `reasons` is empty when it matches the node."""
 
     path: str

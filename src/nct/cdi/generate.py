@@ -19,7 +19,7 @@ import re
 import shutil
 import stat
 import sys
-from dataclasses import dataclass, field, replace
+from nct.record import Record, field
 
 from nct.cdi import version as cdi_version
 from nct.cdi.hooks import CDI_HOOK_NAMES, DEFAULT_HOOK_PATH, HookOptions, cdi_hook
@@ -54,8 +54,7 @@ IMEX_MAX_CHANNEL = 2**20 - 1
 FINGERPRINT_FILE_KINDS = ("lib", "lib32", "bin", "firmware", "config", "xorg")
 
 
-@dataclass(frozen=True)
-class GenerateOptions:
+class GenerateOptions(Record):
     """The command line of `cdi generate`, as parsed (None = not given)."""
 
     output: str | None = None
@@ -86,8 +85,7 @@ class GenerateOptions:
     prog: str = "nvidia-ctk"
 
 
-@dataclass
-class Plan:
+class Plan(Record, frozen=False):
     """What goes into the spec, before rendering."""
 
     vendor: str
@@ -157,7 +155,7 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
         if node is None:
             node = discover_for_generate(roots, opts.library_search_paths)
         if "disable-ipc-discoverer" in flags:
-            node = replace(node, files=tuple(f for f in node.files if f.kind != "ipc"))
+            node = node.replace(files=tuple(f for f in node.files if f.kind != "ipc"))
         if mode == "management":
             plan = management_plan(node, no_gids)
         else:
@@ -268,7 +266,7 @@ def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
     files[at:at] = found
     lib_dirs = list(dict.fromkeys([os.path.dirname(f.host_path) for f in found if f.kind == "lib"]
                                   + list(node.lib_dirs)))
-    return replace(node, files=tuple(files), lib_dirs=tuple(lib_dirs))
+    return node.replace(files=tuple(files), lib_dirs=tuple(lib_dirs))
 
 
 # --- plans per mode --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Every hook gets an explicit env: never the container's."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 from nct.edits.model import ContainerEdits, HookEdit
 
@@ -22,8 +22,7 @@ CDI_HOOK_NAMES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-com
                   "disable-device-node-modification", "update-application-profile")
 
 
-@dataclass(frozen=True)
-class HookOptions:
+class HookOptions(Record):
     """How our hooks are invoked. `disabled` holds hook names (or "all") to leave out."""
 
     hook_path: str = DEFAULT_HOOK_PATH

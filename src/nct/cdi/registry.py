@@ -9,7 +9,7 @@ dropped and reported; otherwise the higher priority wins."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from nct.record import Record, field
 from typing import Iterable, Sequence
 
 from nct.cdi.names import qualified_name
@@ -19,8 +19,7 @@ from nct.errors import SpecError
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
-@dataclass
-class Registry:
+class Registry(Record, frozen=False):
     """All specs in `spec_dirs`, after `refresh()` (done on construction)."""
 
     spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS

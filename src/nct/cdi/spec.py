@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 from nct.cdi import names, version
 from nct.errors import SpecError
@@ -42,8 +42,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UINT32 = (0, 2**32 - 1)
 
 
-@dataclass
-class Spec:
+class Spec(Record, frozen=False):
     """A validated CDI spec and where it came from (priority: index of its spec dir)."""
 
     raw: dict

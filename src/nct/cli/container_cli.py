@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from nct.record import Record
 
 import click
 
@@ -38,8 +38,7 @@ class CliFailure(click.ClickException):
         click.echo(f"{PROG}: {self.message}", err=True)
 
 
-@dataclass(frozen=True)
-class CliOptions:
+class CliOptions(Record):
     """Global options, available to subcommands as ctx.obj (configure uses them too)."""
 
     root: str = "/"

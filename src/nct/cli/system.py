@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-from dataclasses import dataclass
+from nct.record import Record
 
 import click
 
@@ -34,8 +34,7 @@ class NodeError(NctError):
     """A node utility could not do its job (missing major, mknod refused, modprobe failed)."""
 
 
-@dataclass(frozen=True)
-class DevNode:
+class DevNode(Record):
     """A character device node: host path (dev root applied), major, minor."""
 
     path: str

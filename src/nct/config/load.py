@@ -177,14 +177,8 @@ def config_from_mapping(data: dict, source: str | None = None, text: str | None 
     ldconfig = effective_ldconfig(cli.ldconfig)
     changes: dict = {"source_path": source, "raw": data}
     if ldconfig != cli.ldconfig:
-        changes["nvidia_container_cli"] = _replace(cli, ldconfig=ldconfig)
-    return _replace(cfg, **changes)
-
-
-def _replace(obj, **changes):
-    import dataclasses  # already loaded by model.py: free
-
-    return dataclasses.replace(obj, **changes)
+        changes["nvidia_container_cli"] = cli.replace(ldconfig=ldconfig)
+    return cfg.replace(**changes)
 
 
 def _validate(ctx: _Ctx, cfg: model.Config) -> None:

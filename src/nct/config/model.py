@@ -1,18 +1,17 @@
-"""The config.toml model: upstream's keys, sections and defaults, as typed dataclasses.
+"""The config.toml model: upstream's keys, sections and defaults, as typed records (nct.record).
 
-Attribute names are the TOML keys with '-' -> '_'; sections are nested dataclasses.
+Attribute names are the TOML keys with '-' -> '_'; sections are nested records.
 `nct.config.load.load_config()` fills these from a file (unknown keys are kept in `raw`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 DEFAULT_CAPABILITIES_SUPPORTED = "compat32,compute,display,graphics,ngx,utility,video"
 
 
-@dataclass(frozen=True)
-class CliConfig:
+class CliConfig(Record):
     """[nvidia-container-cli]"""
 
     root: str = ""
@@ -27,8 +26,7 @@ class CliConfig:
     ldconfig: str = "@/sbin/ldconfig"
 
 
-@dataclass(frozen=True)
-class CdiModeConfig:
+class CdiModeConfig(Record):
     """[nvidia-container-runtime.modes.cdi]"""
 
     annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
@@ -36,31 +34,27 @@ class CdiModeConfig:
     spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
 
 
-@dataclass(frozen=True)
-class CsvModeConfig:
+class CsvModeConfig(Record):
     """[nvidia-container-runtime.modes.csv]"""
 
     mount_spec_path: str = "/etc/nvidia-container-runtime/host-files-for-container.d"
     compat_container_root: str | None = None
 
 
-@dataclass(frozen=True)
-class JitCdiModeConfig:
+class JitCdiModeConfig(Record):
     """[nvidia-container-runtime.modes.jit-cdi]"""
 
     nvcdi_feature_flags: tuple[str, ...] = ()
     nvcdi_disable_hooks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class LegacyModeConfig:
+class LegacyModeConfig(Record):
     """[nvidia-container-runtime.modes.legacy]"""
 
     cuda_compat_mode: str = "ldconfig"
 
 
-@dataclass(frozen=True)
-class ModesConfig:
+class ModesConfig(Record):
     """[nvidia-container-runtime.modes]"""
 
     cdi: CdiModeConfig = field(default_factory=CdiModeConfig)
@@ -69,8 +63,7 @@ class ModesConfig:
     legacy: LegacyModeConfig = field(default_factory=LegacyModeConfig)
 
 
-@dataclass(frozen=True)
-class RuntimeConfig:
+class RuntimeConfig(Record):
     """[nvidia-container-runtime]"""
 
     debug: str = "/dev/null"
@@ -80,23 +73,20 @@ class RuntimeConfig:
     modes: ModesConfig = field(default_factory=ModesConfig)
 
 
-@dataclass(frozen=True)
-class HookConfig:
+class HookConfig(Record):
     """[nvidia-container-runtime-hook]"""
 
     path: str = "nvidia-container-runtime-hook"
     skip_mode_detection: bool = False
 
 
-@dataclass(frozen=True)
-class CtkConfig:
+class CtkConfig(Record):
     """[nvidia-ctk]"""
 
     path: str = "nvidia-ctk"
 
 
-@dataclass(frozen=True)
-class FeaturesConfig:
+class FeaturesConfig(Record):
     """[features]: all off by default and omitted from the default file."""
 
     allow_cuda_compat_libs_from_container: bool = False
@@ -108,8 +98,7 @@ class FeaturesConfig:
     no_additional_gids_for_device_nodes: bool = False
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
     """A whole config.toml. `source_path` is the file it came from (None = built-in defaults)."""
 
     accept_nvidia_visible_devices_as_volume_mounts: bool = False

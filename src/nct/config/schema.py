@@ -1,17 +1,15 @@
-"""The config.toml key table, derived from the dataclasses in model.py so the two never drift.
+"""The config.toml key table, derived from the records in model.py so the two never drift.
 
 Each leaf key is a dotted TOML path ("nvidia-container-runtime.modes.cdi.spec-dirs") with a
 kind: "bool", "str", "list" (of strings) or "optstr" (a string that is unset by default and
-may be deleted). Sections are the nested dataclasses. Kept free of heavy imports: the
+may be deleted). Sections are the nested records. Kept free of heavy imports: the
 runtime shim and the hook load the config on every container start.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from nct.config import model
-from nct.record import Record, _set
+from nct.record import MISSING, Record, fields, is_record
 
 # Attributes of Config that are bookkeeping, not TOML keys.
 _NOT_KEYS = frozenset({"source_path", "raw"})
@@ -27,13 +25,10 @@ _KINDS = {
 class Key(Record):
     """One leaf key: its dotted TOML path, its attribute path in the model, kind and default."""
 
-    __slots__ = ("path", "attrs", "kind", "default")
-
-    def __init__(self, path: str, attrs: tuple[str, ...], kind: str, default: object) -> None:
-        _set(self, "path", path)
-        _set(self, "attrs", attrs)
-        _set(self, "kind", kind)
-        _set(self, "default", default)
+    path: str
+    attrs: tuple[str, ...]
+    kind: str
+    default: object
 
 
 def toml_name(attr: str) -> str:
@@ -42,20 +37,20 @@ def toml_name(attr: str) -> str:
 
 
 def _walk(cls: type, prefix: tuple[str, ...], attrs: tuple[str, ...], keys: dict, sections: dict) -> None:
-    for f in dataclasses.fields(cls):
+    for f in fields(cls):
         if f.name in _NOT_KEYS:
             continue
         ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         path = prefix + (toml_name(f.name),)
         nested = getattr(model, ann, None)
-        if isinstance(nested, type) and dataclasses.is_dataclass(nested):
+        if isinstance(nested, type) and is_record(nested):
             sections[".".join(path)] = nested
             _walk(nested, path, attrs + (f.name,), keys, sections)
             continue
         kind = _KINDS.get(ann)
         if kind is None:  # a new field type in model.py: fail loudly at import, in tests
             raise TypeError(f"config schema: unsupported type {ann!r} for {'.'.join(path)}")
-        if f.default is not dataclasses.MISSING:
+        if f.default is not MISSING:
             default = f.default
         else:
             default = f.default_factory()  # type: ignore[misc]

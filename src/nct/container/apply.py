@@ -23,7 +23,7 @@ from nct.container.cgroups import DeviceRule, allow_devices
 from nct.container.rootfs import Root
 from nct.edits.model import ContainerEdits
 from nct.errors import ContainerError
-from nct.record import Record, _set
+from nct.record import Record
 
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
@@ -35,31 +35,18 @@ class ApplyOptions(Record):
     ldconfig: "@host-path" or a container path; driver_version: the host NVRM version, for
     CUDA compat; cuda_compat_mode: ldconfig | mount (treated as ldconfig) | disabled;
     proc_root: host procfs holding driver/nvidia (a sim node's root/proc); host_proc: procfs
-    to find the container's pid/cgroups in. A plain record: the hook imports this at start-up."""
+    to find the container's pid/cgroups in."""
 
-    __slots__ = ("no_cgroups", "no_devbind", "ldconfig", "no_ldconfig", "no_pivot", "driver_version", "cuda_version",
-                 "cuda_compat_mode", "proc_root", "host_proc")
-
-    def __init__(self, no_cgroups: bool = False,
-                 no_devbind: bool = False,
-                 ldconfig: str = "@/sbin/ldconfig",
-                 no_ldconfig: bool = False,
-                 no_pivot: bool = False,
-                 driver_version: str | None = None,
-                 cuda_version: str | None = None,
-                 cuda_compat_mode: str = "ldconfig",
-                 proc_root: str = "/proc",
-                 host_proc: str = "/proc") -> None:
-        _set(self, "no_cgroups", no_cgroups)
-        _set(self, "no_devbind", no_devbind)
-        _set(self, "ldconfig", ldconfig)
-        _set(self, "no_ldconfig", no_ldconfig)
-        _set(self, "no_pivot", no_pivot)
-        _set(self, "driver_version", driver_version)
-        _set(self, "cuda_version", cuda_version)
-        _set(self, "cuda_compat_mode", cuda_compat_mode)
-        _set(self, "proc_root", proc_root)
-        _set(self, "host_proc", host_proc)
+    no_cgroups: bool = False
+    no_devbind: bool = False
+    ldconfig: str = "@/sbin/ldconfig"
+    no_ldconfig: bool = False
+    no_pivot: bool = False
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    cuda_compat_mode: str = "ldconfig"
+    proc_root: str = "/proc"
+    host_proc: str = "/proc"
 
 
 def device_rules(edits: ContainerEdits) -> list[DeviceRule]:

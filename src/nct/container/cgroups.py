@@ -15,19 +15,16 @@ import struct
 
 from nct.container import syscalls as sc
 from nct.errors import ContainerError
-from nct.record import Record, _set
+from nct.record import Record
 
 
 class DeviceRule(Record):
     """One allow rule: type "c"/"b", major, minor (-1 = any), access subset of "rwm"."""
 
-    __slots__ = ("type", "major", "minor", "access")
-
-    def __init__(self, type: str, major: int, minor: int, access: str = "rw") -> None:
-        _set(self, "type", type)
-        _set(self, "major", major)
-        _set(self, "minor", minor)
-        _set(self, "access", access)
+    type: str
+    major: int
+    minor: int
+    access: str = "rw"
 
     def v1(self) -> str:
         minor = "*" if self.minor < 0 else str(self.minor)

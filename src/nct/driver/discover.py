@@ -149,8 +149,6 @@ def _find_driver_files(roots: Roots, version: str, cache: LdCache | None, machin
 
 
 def _apply_nvml(gpus: list[Gpu], facts) -> list[Gpu]:
-    from dataclasses import replace
-
     by_bus = {g.bus_id: g for g in facts.gpus}
     out = []
     for gpu in gpus:
@@ -164,12 +162,12 @@ def _apply_nvml(gpus: list[Gpu], facts) -> list[Gpu]:
             known = sorted((m for m in migs if (m.gi, m.ci) in order), key=lambda m: order[(m.gi, m.ci)].index)
             rest = [m for m in migs if (m.gi, m.ci) not in order]
             migs = [
-                replace(m, ordinal=j, uuid=order[(m.gi, m.ci)].uuid if (m.gi, m.ci) in order else m.uuid,
+                m.replace(ordinal=j, uuid=order[(m.gi, m.ci)].uuid if (m.gi, m.ci) in order else m.uuid,
                         profile=order[(m.gi, m.ci)].profile if (m.gi, m.ci) in order else m.profile)
                 for j, m in enumerate(known + rest)
             ]
-        out.append(replace(
-            gpu, brand=f.brand or gpu.brand, architecture=f.architecture or gpu.architecture,
+        out.append(gpu.replace(
+            brand=f.brand or gpu.brand, architecture=f.architecture or gpu.architecture,
             mig_enabled=gpu.mig_enabled if f.mig_enabled is None else (f.mig_enabled or bool(migs)), migs=tuple(migs),
         ))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from nct.record import Record, _set
+from nct.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,17 +25,13 @@ MACHINES: dict[str, tuple[str, str | None]] = {
 
 class ElfInfo(Record):
     """elf_class 32 or 64; machine the pyelftools name ("EM_X86_64"); elf_type "ET_DYN",
-    "ET_EXEC", ... (a plain record: the hook imports this module at start-up)."""
+    "ET_EXEC", ..."""
 
-    __slots__ = ("elf_class", "machine", "soname", "needed", "elf_type")
-
-    def __init__(self, elf_class: int, machine: str, soname: str | None, needed: tuple[str, ...],
-                 elf_type: str) -> None:
-        _set(self, "elf_class", elf_class)
-        _set(self, "machine", machine)
-        _set(self, "soname", soname)
-        _set(self, "needed", needed)
-        _set(self, "elf_type", elf_type)
+    elf_class: int
+    machine: str
+    soname: str | None
+    needed: tuple[str, ...]
+    elf_type: str
 
 
 class NotElf(Exception):

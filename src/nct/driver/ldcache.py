@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 
 from nct.errors import DiscoveryError
-from nct.record import Record, _set
+from nct.record import Record
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -47,17 +47,13 @@ NATIVE_FLAGS: dict[str, tuple[int, int | None]] = {
 
 class CacheEntry(Record):
     """One cache line: `key` is the name looked up (usually a SONAME), `path` the file;
-    `hwcaps_subdir` names glibc-hwcaps/<name> entries (glibc >= 2.33). A plain record, not
-    a dataclass: the hook imports this module at start-up."""
+    `hwcaps_subdir` names glibc-hwcaps/<name> entries (glibc >= 2.33)."""
 
-    __slots__ = ("key", "path", "flags", "hwcap", "hwcaps_subdir")
-
-    def __init__(self, key: str, path: str, flags: int, hwcap: int = 0, hwcaps_subdir: str | None = None) -> None:
-        _set(self, "key", key)
-        _set(self, "path", path)
-        _set(self, "flags", flags)
-        _set(self, "hwcap", hwcap)
-        _set(self, "hwcaps_subdir", hwcaps_subdir)
+    key: str
+    path: str
+    flags: int
+    hwcap: int = 0
+    hwcaps_subdir: str | None = None
 
     @property
     def arch(self) -> str:
@@ -71,13 +67,10 @@ class LdCache(Record):
     """A parsed cache: `format` is "old", "new" or "compat" (old followed by new);
     `generator` e.g. "ldconfig (GNU libc) stable release version 2.36"."""
 
-    __slots__ = ("path", "format", "entries", "generator")
-
-    def __init__(self, path: str, format: str, entries: tuple[CacheEntry, ...], generator: str | None = None) -> None:
-        _set(self, "path", path)
-        _set(self, "format", format)
-        _set(self, "entries", entries)
-        _set(self, "generator", generator)
+    path: str
+    format: str
+    entries: tuple[CacheEntry, ...]
+    generator: str | None = None
 
 
 def _cstr(data: bytes, offset: int, path: str) -> str:

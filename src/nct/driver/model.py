@@ -8,7 +8,7 @@ file appears inside a container.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 # Capabilities of NVIDIA_DRIVER_CAPABILITIES, in upstream's sorted order.
 ALL_CAPABILITIES: tuple[str, ...] = (
@@ -17,8 +17,7 @@ ALL_CAPABILITIES: tuple[str, ...] = (
 DEFAULT_CAPABILITIES: tuple[str, ...] = ("compute", "utility")
 
 
-@dataclass(frozen=True)
-class Roots:
+class Roots(Record):
     """Where the node's files are looked up. A driver container mounts its files at
     `driver` (e.g. /run/nvidia/driver); `dev` is where /dev nodes live (defaults to driver);
     `proc` is the procfs to read NVIDIA state from (env NCT_PROC_ROOT, default /proc)."""
@@ -35,8 +34,7 @@ class Roots:
         return base.rstrip("/") + "/" + path.lstrip("/")
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+class DeviceNode(Record):
     """A character device node on the host. `path` is the path inside a container
     (/dev/nvidia0); `host_path` is where it is on the host (may be under a dev root)."""
 
@@ -50,8 +48,7 @@ class DeviceNode:
     type: str = "c"
 
 
-@dataclass(frozen=True)
-class MigDevice:
+class MigDevice(Record):
     """A MIG compute instance: GPU instance `gi`, compute instance `ci` on GPU `parent_index`.
     Access to it is granted through two nvidia-caps nodes (GI access, CI access)."""
 
@@ -73,8 +70,7 @@ class MigDevice:
     ordinal: int = 0  # position among the parent's MIG devices (the j of i:j)
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
     """One full GPU from /proc/driver/nvidia/gpus/<bus>/information (+ NVML extras)."""
 
     index: int  # position in bus-id order, as nvidia-smi and NVML number them
@@ -92,8 +88,7 @@ class Gpu:
     migs: tuple[MigDevice, ...] = ()
 
 
-@dataclass(frozen=True)
-class DriverFile:
+class DriverFile(Record):
     """A driver file to expose in containers: library, binary, IPC socket, firmware, config.
 
     kind: "lib" (native arch), "lib32", "bin", "ipc", "firmware", "config", "xorg".
@@ -109,8 +104,7 @@ class DriverFile:
     soname: str | None = None  # ELF SONAME of a library, e.g. "libcuda.so.1"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(Record):
     """Everything discovery found. Built by discover_node(); never mutated."""
 
     roots: Roots

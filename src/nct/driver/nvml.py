@@ -15,7 +15,7 @@ import os
 import select
 import signal
 import time
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 log = logging.getLogger("nct.driver")
 
@@ -25,8 +25,7 @@ BRANDS = (
 )
 
 
-@dataclass(frozen=True)
-class NvmlMig:
+class NvmlMig(Record):
     gi: int
     ci: int
     uuid: str | None = None
@@ -40,8 +39,7 @@ class NvmlMig:
         return None
 
 
-@dataclass(frozen=True)
-class NvmlGpu:
+class NvmlGpu(Record):
     bus_id: str  # normalised 8-digit domain, lower case
     uuid: str | None = None
     name: str | None = None
@@ -52,8 +50,7 @@ class NvmlGpu:
     migs: tuple[NvmlMig, ...] = ()
 
 
-@dataclass(frozen=True)
-class NvmlFacts:
+class NvmlFacts(Record):
     driver_version: str | None = None
     cuda_version: str | None = None
     gpus: tuple[NvmlGpu, ...] = field(default_factory=tuple)

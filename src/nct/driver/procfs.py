@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from nct.errors import DiscoveryError
-from nct.record import Record, _set
+from nct.record import Record
 
 # Paths relative to the proc root.
 VERSION_FILE = "driver/nvidia/version"
@@ -24,48 +24,36 @@ _VERSION_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)?)(?![\w.])")
 _BUS_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 
 
-# Parse records: plain `Record`s, not dataclasses (the hook imports this module at start-up).
 class DriverVersion(Record):
     """/proc/driver/nvidia/version: the NVRM version and whether it is the open module."""
 
-    __slots__ = ("version", "open_module", "line")  # line: the full NVRM line, for logs
-
-    def __init__(self, version: str, open_module: bool, line: str) -> None:
-        _set(self, "version", version)
-        _set(self, "open_module", open_module)
-        _set(self, "line", line)
+    version: str
+    open_module: bool
+    line: str  # the full NVRM line, for logs
 
 
 class GpuInfo(Record):
     """One /proc/driver/nvidia/gpus/<bus>/information file. bus_id is normalised (8-digit
     domain, lower case: "00000000:01:00.0"); firmware is "GPU Firmware" (GSP), when present."""
 
-    __slots__ = ("model", "uuid", "bus_id", "minor", "excluded", "irq", "video_bios", "bus_type", "firmware")
-
-    def __init__(self, model: str, uuid: str, bus_id: str, minor: int, excluded: bool = False,
-                 irq: int | None = None, video_bios: str | None = None, bus_type: str | None = None,
-                 firmware: str | None = None) -> None:
-        _set(self, "model", model)
-        _set(self, "uuid", uuid)
-        _set(self, "bus_id", bus_id)
-        _set(self, "minor", minor)
-        _set(self, "excluded", excluded)
-        _set(self, "irq", irq)
-        _set(self, "video_bios", video_bios)
-        _set(self, "bus_type", bus_type)
-        _set(self, "firmware", firmware)
+    model: str
+    uuid: str
+    bus_id: str
+    minor: int
+    excluded: bool = False
+    irq: int | None = None
+    video_bios: str | None = None
+    bus_type: str | None = None
+    firmware: str | None = None
 
 
 class CapabilityFile(Record):
     """A file of the capabilities tree (e.g. .../gpu0/mig/gi1/access). mode is the
     DeviceFileMode (decimal in the file), e.g. 256 = 0o400."""
 
-    __slots__ = ("minor", "mode", "modify")
-
-    def __init__(self, minor: int, mode: int, modify: bool = True) -> None:
-        _set(self, "minor", minor)
-        _set(self, "mode", mode)
-        _set(self, "modify", modify)
+    minor: int
+    mode: int
+    modify: bool = True
 
 
 def _fail(path: str, lineno: int | None, what: str) -> DiscoveryError:
@@ -224,17 +212,13 @@ def parse_mig_minors(text: str, path: str = MIG_MINORS_FILE) -> dict[str, int]:
 class MigCaps(Record):
     """One MIG compute instance as the capabilities tree shows it (gpuN is the GPU minor)."""
 
-    __slots__ = ("gpu_minor", "gi", "ci", "gi_access_path", "ci_access_path", "gi_access", "ci_access")
-
-    def __init__(self, gpu_minor: int, gi: int, ci: int, gi_access_path: str, ci_access_path: str,
-                 gi_access: CapabilityFile, ci_access: CapabilityFile) -> None:
-        _set(self, "gpu_minor", gpu_minor)
-        _set(self, "gi", gi)
-        _set(self, "ci", ci)
-        _set(self, "gi_access_path", gi_access_path)
-        _set(self, "ci_access_path", ci_access_path)
-        _set(self, "gi_access", gi_access)
-        _set(self, "ci_access", ci_access)
+    gpu_minor: int
+    gi: int
+    ci: int
+    gi_access_path: str
+    ci_access_path: str
+    gi_access: CapabilityFile
+    ci_access: CapabilityFile
 
 
 def _numbered(entries: list[str], prefix: str) -> list[tuple[int, str]]:

@@ -4,7 +4,7 @@ and a lossless way to hand a plan to another process (or compare plans in tests)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from nct.record import asdict, fields
 
 from nct.edits.model import ContainerEdits, DeviceNodeEdit, HookEdit, MountEdit, SymlinkEdit
 

@@ -9,15 +9,14 @@ and `ldconfig_folders`/`symlinks` are expressed in CDI as nvidia-cdi-hook invoca
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 # Mount options, as upstream uses them.
 RO_MOUNT = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 IPC_MOUNT = ("nosuid", "nodev", "rbind", "rprivate", "noexec")
 
 
-@dataclass(frozen=True)
-class DeviceNodeEdit:
+class DeviceNodeEdit(Record):
     """A device node to create in the container and allow in its device cgroup."""
 
     path: str  # container path
@@ -31,8 +30,7 @@ class DeviceNodeEdit:
     gid: int | None = None
 
 
-@dataclass(frozen=True)
-class MountEdit:
+class MountEdit(Record):
     """A bind (or other) mount. Sources are host paths; targets are container paths."""
 
     host_path: str
@@ -41,8 +39,7 @@ class MountEdit:
     type: str | None = None  # None = bind
 
 
-@dataclass(frozen=True)
-class HookEdit:
+class HookEdit(Record):
     """An OCI hook. Our own hooks run `nvidia-cdi-hook <name> args...` with an explicit,
     minimal env: never the container's (the LD_PRELOAD class of bugs)."""
 
@@ -60,16 +57,14 @@ class HookEdit:
         return None
 
 
-@dataclass(frozen=True)
-class SymlinkEdit:
+class SymlinkEdit(Record):
     """A symlink to create in the container: `link` (container path) -> `target`."""
 
     target: str
     link: str
 
 
-@dataclass
-class ContainerEdits:
+class ContainerEdits(Record, frozen=False):
     """Everything to do to a container. Lists keep order; `merge` appends without duplicates."""
 
     env: list[str] = field(default_factory=list)

@@ -22,7 +22,7 @@ from nct.driver.model import DeviceNode, DriverFile, Gpu, MigDevice, Node
 from nct.edits.model import IPC_MOUNT, RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit, SymlinkEdit
 from nct.edits.select import Selection, normalise_bus_id, select_devices
 from nct.errors import RequestError
-from nct.record import Record, _set
+from nct.record import Record
 from nct.request.model import ContainerRequest
 from nct.request.requirements import check_requirements
 
@@ -50,45 +50,27 @@ class PlanOptions(Record):
     library dirs for the live target (see container_lib_dirs). `capabilities` is filled in
     by plan() so that gpu_edits can decide on DRM nodes for a live container. `no_devbind`
     is carried to ApplyOptions (nodes are still planned: cgroup rules); `no_additional_gids`
-    is features.no-additional-gids-for-device-nodes (spec). A plain record, not a dataclass:
-    the hook imports this module at start-up."""
+    is features.no-additional-gids-for-device-nodes (spec)."""
 
-    __slots__ = ("target", "lib_dir", "lib32_dir", "bin_dir", "no_devbind", "no_persistenced", "no_fabricmanager",
-                 "no_gsp_firmware", "mig_config", "mig_monitor", "imex_channels", "capabilities",
-                 "no_additional_gids", "check_requirements", "cuda_compat_dir")
+    target: str = "live"
+    lib_dir: str = "/usr/lib/x86_64-linux-gnu"
+    lib32_dir: str = "/usr/lib/i386-linux-gnu"
+    bin_dir: str = "/usr/bin"
+    no_devbind: bool = False
+    no_persistenced: bool = False
+    no_fabricmanager: bool = False
+    no_gsp_firmware: bool = False
+    mig_config: str | None = None
+    mig_monitor: str | None = None
+    imex_channels: tuple[str, ...] = ()
+    capabilities: frozenset[str] | None = None
+    no_additional_gids: bool = False
+    check_requirements: bool = True
+    cuda_compat_dir: str = DEFAULT_COMPAT_DIR
 
-    def __init__(self, target: str = "live",
-                 lib_dir: str = "/usr/lib/x86_64-linux-gnu",
-                 lib32_dir: str = "/usr/lib/i386-linux-gnu",
-                 bin_dir: str = "/usr/bin",
-                 no_devbind: bool = False,
-                 no_persistenced: bool = False,
-                 no_fabricmanager: bool = False,
-                 no_gsp_firmware: bool = False,
-                 mig_config: str | None = None,
-                 mig_monitor: str | None = None,
-                 imex_channels: tuple[str, ...] = (),
-                 capabilities: frozenset[str] | None = None,
-                 no_additional_gids: bool = False,
-                 check_requirements: bool = True,
-                 cuda_compat_dir: str = DEFAULT_COMPAT_DIR) -> None:
-        if target not in ("live", "spec"):
-            raise ValueError(f"PlanOptions.target must be 'live' or 'spec', not {target!r}")
-        _set(self, "target", target)
-        _set(self, "lib_dir", lib_dir)
-        _set(self, "lib32_dir", lib32_dir)
-        _set(self, "bin_dir", bin_dir)
-        _set(self, "no_devbind", no_devbind)
-        _set(self, "no_persistenced", no_persistenced)
-        _set(self, "no_fabricmanager", no_fabricmanager)
-        _set(self, "no_gsp_firmware", no_gsp_firmware)
-        _set(self, "mig_config", mig_config)
-        _set(self, "mig_monitor", mig_monitor)
-        _set(self, "imex_channels", imex_channels)
-        _set(self, "capabilities", capabilities)
-        _set(self, "no_additional_gids", no_additional_gids)
-        _set(self, "check_requirements", check_requirements)
-        _set(self, "cuda_compat_dir", cuda_compat_dir)
+    def __post_init__(self) -> None:
+        if self.target not in ("live", "spec"):
+            raise ValueError(f"PlanOptions.target must be 'live' or 'spec', not {self.target!r}")
 
     @property
     def live(self) -> bool:

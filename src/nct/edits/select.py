@@ -12,7 +12,7 @@ import re
 
 from nct.driver.model import Gpu, MigDevice, Node
 from nct.errors import RequestError
-from nct.record import Record, _set
+from nct.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,12 +26,9 @@ _MIG_INDEX = r"^([0-9]+):([0-9]+)$"
 class Selection(Record):
     """Selected devices in node order; `all` records that `all` was asked for."""
 
-    __slots__ = ("gpus", "migs", "all")
-
-    def __init__(self, gpus: tuple[Gpu, ...] = (), migs: tuple[MigDevice, ...] = (), all: bool = False) -> None:
-        _set(self, "gpus", gpus)
-        _set(self, "migs", migs)
-        _set(self, "all", all)
+    gpus: tuple[Gpu, ...] = ()
+    migs: tuple[MigDevice, ...] = ()
+    all: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)

@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, field
+from nct.record import Record, field
 from importlib import metadata
 from pathlib import Path
 
@@ -17,8 +17,7 @@ import nct
 SKIP_DIRS = {"__pycache__"}
 
 
-@dataclass
-class Installed:
+class Installed(Record, frozen=False):
     """What an install created, so it can be removed again (deepest first)."""
 
     files: list[str] = field(default_factory=list)

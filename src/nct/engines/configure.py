@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 from nct.engines import containerd, crio, docker
 from nct.engines.files import (
@@ -20,8 +20,7 @@ from nct.errors import EngineConfigError
 MODULES = {"docker": docker, "containerd": containerd, "crio": crio}
 
 
-@dataclass
-class Plan:
+class Plan(Record, frozen=False):
     """Files to change (path -> new text, None = delete) and housekeeping for apply()."""
 
     request: EngineRequest

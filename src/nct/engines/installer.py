@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from nct.record import Record, asdict, field
 from pathlib import Path
 
 import click
@@ -27,8 +27,7 @@ RUNTIME_BINARIES = (("", "nvidia-container-runtime"), ("-cdi", "nvidia-container
                     ("-legacy", "nvidia-container-runtime.legacy"))
 
 
-@dataclass
-class InstallOptions:
+class InstallOptions(Record, frozen=False):
     toolkit_root: str
     engine: str = "docker"
     driver_root: str = "/"
@@ -45,8 +44,7 @@ class InstallOptions:
     python: str | None = None
 
 
-@dataclass
-class Installation:
+class Installation(Record, frozen=False):
     """What one install did; saved in the toolkit dir so `--uninstall` can undo it later."""
 
     options: InstallOptions

@@ -3,7 +3,7 @@ text in, text out, plus a record of what they changed so it can be undone later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 ENGINES = ("docker", "containerd", "crio")
 
@@ -23,16 +23,14 @@ DEFAULT_ABS_RUNTIME_PATH = "/usr/bin/nvidia-container-runtime"
 DEFAULT_HOOK_PATH = "/usr/bin/nvidia-container-runtime-hook"
 
 
-@dataclass(frozen=True)
-class RuntimeEntry:
+class RuntimeEntry(Record):
     """One runtime handler to register: its name and the binary the engine runs."""
 
     name: str
     path: str
 
 
-@dataclass(frozen=True)
-class EngineRequest:
+class EngineRequest(Record):
     """A configure/unconfigure request.  `drop_in` None or "" means: edit `config` itself.
     The first runtime is the one made default by `set_as_default`."""
 
@@ -54,8 +52,7 @@ class EngineRequest:
         return self.runtimes[0].name
 
 
-@dataclass
-class Edit:
+class Edit(Record, frozen=False):
     """New contents per file (None = delete), the file --dry-run prints, and the record
     of previous values (JSON-able) that makes the change reversible."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from nct.log import get_logger
+from nct.record import Record, field
 from nct.driver.model import Node, Roots
 from nct.edits.model import ContainerEdits
 from nct.request.model import ContainerRequest
@@ -20,40 +21,28 @@ from nct.request.model import ContainerRequest
 log = get_logger("nct.hook")
 
 
-class Settings:
-    """Node- and run-wide knobs (config.toml / global CLI options / configure flags).
-    A plain class, not a dataclass: the hook is start-up bound and every generated class
-    costs import time."""
+class Settings(Record):
+    """Node- and run-wide knobs (config.toml / global CLI options / configure flags)."""
 
-    __slots__ = ("roots", "ldcache", "ldconfig", "no_cgroups", "no_devbind", "no_pivot", "no_persistenced",
-                 "no_fabricmanager", "no_gsp_firmware", "host_proc")
-
-    def __init__(self, roots: Roots | None = None, ldcache: str | None = None,
-                 ldconfig: str | None = "@/sbin/ldconfig", *, no_cgroups: bool = False, no_devbind: bool = False,
-                 no_pivot: bool = False, no_persistenced: bool = False, no_fabricmanager: bool = False,
-                 no_gsp_firmware: bool = False, host_proc: str = "/proc") -> None:
-        self.roots = roots or Roots()
-        self.ldcache = ldcache  # path inside the driver root; None = /etc/ld.so.cache
-        self.ldconfig = ldconfig  # "@host" or a container path; None = no ldconfig run
-        self.no_cgroups = no_cgroups
-        self.no_devbind = no_devbind
-        self.no_pivot = no_pivot
-        self.no_persistenced = no_persistenced
-        self.no_fabricmanager = no_fabricmanager
-        self.no_gsp_firmware = no_gsp_firmware
-        self.host_proc = host_proc  # procfs in which the container pid is looked up
-
-    def __repr__(self) -> str:
-        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+    roots: Roots = field(default_factory=Roots)
+    ldcache: str | None = None  # path inside the driver root; None = /etc/ld.so.cache
+    ldconfig: str | None = "@/sbin/ldconfig"  # "@host" or a container path; None = no ldconfig run
+    no_cgroups: bool = False
+    no_devbind: bool = False
+    no_pivot: bool = False
+    no_persistenced: bool = False
+    no_fabricmanager: bool = False
+    no_gsp_firmware: bool = False
+    host_proc: str = "/proc"  # procfs in which the container pid is looked up
 
 
-class Prepared:
+class Prepared(Record):
     """The outcome of prepare(): the node as discovered and the plan for the container."""
 
-    __slots__ = ("node", "edits", "lib_dir", "lib32_dir")
-
-    def __init__(self, node: Node, edits: ContainerEdits, lib_dir: str, lib32_dir: str) -> None:
-        self.node, self.edits, self.lib_dir, self.lib32_dir = node, edits, lib_dir, lib32_dir
+    node: Node
+    edits: ContainerEdits
+    lib_dir: str
+    lib32_dir: str
 
 
 # --- the image's library dirs ------------------------------------------------------------------
@@ -110,9 +99,7 @@ def discover(request: ContainerRequest, settings: Settings) -> Node:
         if cu is not None:
             facts = nvml.query(None, cu)
             if facts.cuda_version:
-                from dataclasses import replace
-
-                node = replace(node, cuda_version=facts.cuda_version)
+                node = node.replace(cuda_version=facts.cuda_version)
     log.debug("discovered driver %s, CUDA %s, %d GPU(s), nvml=%s", node.driver_version, node.cuda_version,
               len(node.gpus), node.nvml)
     return node
@@ -159,9 +146,7 @@ def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: i
 
     edits = prepared.edits
     if request.cuda_compat_mode not in ("ldconfig", "mount"):
-        from dataclasses import replace
-
-        edits = replace(edits, cuda_compat_dir=None)
+        edits = edits.replace(cuda_compat_dir=None)
     apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process)
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 
-@dataclass(frozen=True)
-class ContainerRequest:
+class ContainerRequest(Record):
     """What one container asks for.
 
     `devices` holds the requested ids as written ("all", "0", "GPU-...", "0000:01:00.0",

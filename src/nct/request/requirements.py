@@ -11,7 +11,7 @@ term is never looked at.
 from __future__ import annotations
 
 from nct.errors import RequirementError
-from nct.record import Record, _set
+from nct.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,15 +33,11 @@ class Facts(Record):
     """What conditions are checked against; None = unknown (the condition passes).
     `has_device` False: arch/brand pass (no device is visible)."""
 
-    __slots__ = ("cuda", "driver", "arch", "brand", "has_device")
-
-    def __init__(self, cuda: str | None = None, driver: str | None = None, arch: str | None = None,
-                 brand: str | None = None, has_device: bool = False) -> None:
-        _set(self, "cuda", cuda)
-        _set(self, "driver", driver)
-        _set(self, "arch", arch)
-        _set(self, "brand", brand)
-        _set(self, "has_device", has_device)
+    cuda: str | None = None
+    driver: str | None = None
+    arch: str | None = None
+    brand: str | None = None
+    has_device: bool = False
 
 
 def parse_condition(text: str) -> tuple[str, str, str]:

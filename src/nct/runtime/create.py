@@ -12,7 +12,6 @@ registry, OCI injection), imported lazily; tests substitute a fake.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 
 from nct.errors import ConfigError
@@ -141,7 +140,7 @@ def cdi_modifier(spec: dict, cfg, mode: str, request, log, backend: Backend, env
     devices = tuple(i for i in ids if i != "none")
     hook_path = resolve_tool(cfg.nvidia_ctk.path, "nvidia-ctk", env_path)
     log.info(f"Generating just-in-time CDI edits for devices {names}")
-    return backend.jit_inject(spec, cfg, dataclasses.replace(request, devices=devices), hook_path, log)
+    return backend.jit_inject(spec, cfg, request.replace(devices=devices), hook_path, log)
 
 
 def _hook_args(hook_path: str, name: str, *args: str) -> list[str]:

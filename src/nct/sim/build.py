@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from nct.record import Record
 from pathlib import Path
 
 from nct.driver import catalogue
@@ -39,8 +39,7 @@ TOOLS = ("nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager",
 XORG_MODULES = ("nvidia_drv.so", "libglxserver_nvidia.so")
 
 
-@dataclass(frozen=True)
-class LibBuild:
+class LibBuild(Record):
     name: str  # catalogue name, libfoo.so
     filename: str  # libfoo.so.550.54.15
     soname: str

@@ -4,7 +4,7 @@ DIR/node.json. Tests and other areas read it to know what discovery should find.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from nct.record import Record, field
 
 from nct.errors import NctError
 
@@ -18,8 +18,7 @@ class SimError(NctError):
     """Bad input to `nct sim` (gpu count, MIG spec, target dir) or a failed build step."""
 
 
-@dataclass(frozen=True)
-class SimMig:
+class SimMig(Record):
     """One MIG device: GPU instance `gi` with compute instance `ci`; `index` is its position
     on the parent (the j of upstream's i:j name)."""
 
@@ -32,8 +31,7 @@ class SimMig:
     uuid: str
 
 
-@dataclass(frozen=True)
-class SimGpu:
+class SimGpu(Record):
     index: int
     minor: int
     uuid: str
@@ -53,8 +51,7 @@ class SimGpu:
         return f"/dev/nvidia{self.minor}"
 
 
-@dataclass(frozen=True)
-class SimNode:
+class SimNode(Record):
     """A simulated node on disk: `dir` holds node.json and `root` (laid out like /)."""
 
     dir: str
