@@ -1,5 +1,6 @@
 """The ldconfig child is confined: an image-provided (or exploited) ldconfig keeps only the three
-file capabilities it needs and cannot reach the host through /proc; the host ldconfig must be a
+file capabilities it needs, cannot reach the host through /proc and cannot signal host
+processes (own PID namespace); the host ldconfig must be a
 static ELF; FIFOs and odd files in the image's ld.so configuration never hang container creation.
 Real parts: busybox rootfs, gcc-built static programs, real FIFOs, the real /sbin/ldconfig."""
 
@@ -30,6 +31,7 @@ PROBE_C = r'''
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <signal.h>
 #include <linux/capability.h>
 
 static void try_read(FILE *out, const char *what, const char *path) {
@@ -62,6 +64,10 @@ int main(void) {
     snprintf(path, sizeof path, "/proc/%d/root%s", (int)getppid(), HOST_SECRET);
     try_read(out, "ppidroot", path);
     fprintf(out, "chroot %s\n", chroot("/tmp") ? strerror(errno) : "ok");
+    /* a root-owned host process (the test's): same uid, so without a PID namespace the
+       signal check passes even with CAP_KILL dropped */
+    fprintf(out, "pid %d\n", (int)getpid());
+    fprintf(out, "killhost %s\n", kill(HOST_PID, 0) ? strerror(errno) : "ok");
     /* "shocker": the root directory of the filesystem the rootfs lives on (ext4 inode 2) */
     struct { struct file_handle h; unsigned char b[8]; } fh;
     unsigned int ino = 2, gen = 0;
@@ -111,7 +117,7 @@ def _run_ldconfig(rootfs: str, *, ldconfig: str = "@/sbin/ldconfig", write_conf:
 def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, rootfs):
     secret = tmp_path / "host-secret"
     secret.write_text("HOST-ONLY-SECRET\n")
-    probe = _build(tmp_path, "probe", PROBE_C, "-static", f'-DHOST_SECRET="{secret}"')
+    probe = _build(tmp_path, "probe", PROBE_C, "-static", f'-DHOST_SECRET="{secret}"', f"-DHOST_PID={os.getpid()}")
     os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
     dst = os.path.join(rootfs, "sbin", "ldconfig")
     if os.path.lexists(dst):
@@ -129,6 +135,9 @@ def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, root
     assert report["ppidroot"].startswith("denied"), report
     assert report["chroot"] == "Operation not permitted", report
     assert report["openbyhandle"] != "ok", report  # with CAP_DAC_READ_SEARCH: the host's "/"
+    # its own PID namespace: PID 1 there, and no host process can be named (let alone signalled)
+    assert report["pid"] == "1", report
+    assert report["killhost"] == "No such process", report
     assert "HOST-ONLY-SECRET" not in open(os.path.join(rootfs, "ldconfig.out")).read()
 
 

@@ -4,10 +4,13 @@ The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed
 anything else happens, so the binary we run cannot be swapped by the image. A forked child
 then takes its own mount namespace, makes every mount private, pivots into the container root
 (chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
-read-only tmpfs mounts, leaves the host's network, IPC and UTS namespaces, keeps only
+read-only tmpfs mounts, leaves the host's network, IPC, UTS and PID namespaces, keeps only
 CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (bounding, effective, permitted, inheritable; no new
-privileges), arms a SIGALRM (a FIFO in the image must not block it forever) and execs the memfd
-(a static ELF: a dynamic loader would come from the image) with an empty environment. From
+privileges) and forks ldconfig as PID 1 of its new PID namespace (so it can neither see nor
+signal a host process, even a root-owned one), which execs the memfd (a static ELF: a dynamic
+loader would come from the image) with an empty environment. The child in between arms a
+SIGALRM (a FIFO in the image must not block it forever) and dies of it, taking ldconfig with
+it (parent-death signal and the end of its PID namespace). From
 there on every path ldconfig (or we) touch resolves inside the container root by construction:
 an image whose /etc is a symlink to a host path just writes inside its own rootfs.
 """
@@ -272,6 +275,16 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
             os.close(ldconfig_fd)
 
 
+def _wait_status(status: int) -> int:
+    """In the middle child: pass ldconfig's end on to our parent (a signal by dying of it)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.WEXITSTATUS(status)
+
+
 def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool) -> None:
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -290,17 +303,21 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             _enter_root(root, no_pivot)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
-            # No host network, IPC or hostname; then only the capabilities ldconfig needs.
-            sc.unshare(sc.CLONE_NEWNET | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS)
+            # No host network, IPC, hostname or processes; then only the capabilities ldconfig needs.
+            sc.unshare(sc.CLONE_NEWNET | sc.CLONE_NEWIPC | sc.CLONE_NEWUTS | sc.CLONE_NEWPID)
             sc.limit_caps(LDCONFIG_CAPS, last_cap)
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # an ignored SIGALRM would survive execve
-            signal.alarm(LDCONFIG_TIMEOUT)
-            if exe_fd is not None:
-                os.execve(exe_fd, [argv0] + args, {})
-            os.execve(argv0, [argv0] + args, {})
+            if os.fork() == 0:  # PID 1 of the new PID namespace: ldconfig
+                sc.prctl(sc.PR_SET_PDEATHSIG, 9)
+                if exe_fd is not None:
+                    os.execve(exe_fd, [argv0] + args, {})
+                os.execve(argv0, [argv0] + args, {})
+            os.close(0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(LDCONFIG_TIMEOUT)  # PID 1 would ignore SIGALRM: the timeout lives here
+            code = _wait_status(os.wait()[1])
         except BaseException as e:  # noqa: BLE001 - report anything, then die
             try:
                 os.write(2, f"ldconfig: {e}\n".encode())
