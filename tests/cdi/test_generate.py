@@ -12,10 +12,9 @@ import subprocess
 import pytest
 import yaml
 
-from e2e_cdi.simnodes import VENV_BIN, ctk, make_node, node_env, set_node_env
-from nct.cdi.generate import (DRIVER_VERSION_ANNOTATION, FINGERPRINT_ANNOTATION, GenerateOptions,
-                              generate_spec)
-from nct.cdi.spec import load_spec, schema_errors
+from e2e_cdi.simnodes import VENV_BIN, ctk, make_node, node_env, set_node_env, world_rw_dri
+from nct.cdi.generate import GenerateOptions, generate_spec
+from nct.cdi.spec import load_spec, schema_errors, spec_from_data
 from nct.config.model import CliConfig, Config
 from nct.errors import NctError, RequestError
 
@@ -104,12 +103,20 @@ def test_common_edits_and_hooks(gen, node):
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in common["hooks"][0]["args"]
 
 
-def test_node_record_annotations(gen, node):
+def test_no_annotations_minimum_version_as_upstream(gen, tmp_path, monkeypatch):
+    """Nothing of nct's own in the spec: its cdiVersion is upstream's minimum for the
+    content. Video-group DRM nodes need additionalGids (0.7.0, as upstream); on a node whose
+    device nodes are all world rw that is 0.5.0, which podman 4.3 reads."""
     spec = gen()
-    assert spec["annotations"][DRIVER_VERSION_ANNOTATION] == node.driver_version
-    fp = spec["annotations"][FINGERPRINT_ANNOTATION]
-    assert fp.startswith("gpus:") and ",files:" in fp
-    assert gen()["annotations"] == spec["annotations"]  # stable
+    assert "annotations" not in spec and spec["cdiVersion"] == "0.7.0"
+    n = make_node(tmp_path / "rw", gpus=2, mig="1:2")
+    world_rw_dri(os.path.join(n.root, "dev"))
+    set_node_env(monkeypatch, n)
+    spec = generate_spec(GenerateOptions(driver_root=n.root, hook_path=HOOK), cfg=Config())
+    assert spec["cdiVersion"] == "0.5.0" and "annotations" not in spec
+    assert not any("additionalGids" in d["containerEdits"] for d in spec["devices"])
+    assert schema_errors(spec) == []
+    assert spec_from_data(json.dumps(spec), "x.json").version == "0.5.0"  # strict loader agrees
 
 
 @pytest.mark.parametrize("strategies,expected", [
@@ -201,7 +208,7 @@ def test_max_cdi_version_for_old_consumers(gen):
 
 def test_feature_flags(gen):
     spec = gen(feature_flags=("no-additional-gids-for-device-nodes", "disable-ipc-discoverer"))
-    assert spec["cdiVersion"] == "0.6.0"
+    assert spec["cdiVersion"] == "0.5.0"
     assert not any("additionalGids" in d["containerEdits"] for d in spec["devices"])
     assert not any(m["containerPath"].endswith("/socket") for m in spec["containerEdits"]["mounts"])
 

@@ -133,7 +133,14 @@ def run_podman(spec_file: str, work: str, tar: str, device: str, cmd: list[str])
     import shutil
     import tempfile
 
-    generate(spec_file, "--max-cdi-version", "0.5.0")  # podman 4.3 reads cdiVersion <= 0.5.0
+    # A default spec, as upstream's: podman 4.3 reads it when it needs no more than
+    # cdiVersion 0.5.0, i.e. when every device node is world rw (no additionalGids). The
+    # simulated DRM card nodes are 0660 group video, so make them 0666 first: /dev is this
+    # namespace's own overlay, the node's files stay as they are (simnodes.world_rw_dri).
+    for name in os.listdir("/dev/dri"):
+        if name.startswith(("card", "renderD")):
+            os.chmod(os.path.join("/dev/dri", name), 0o666)
+    generate(spec_file)
     # podman wants a short runroot (<= 50 characters): a temp dir of our own, removed after
     short = tempfile.mkdtemp(prefix="nct-pm-", dir="/tmp")
     base = ["podman", "--root", os.path.join(work, "root"), "--runroot", short,

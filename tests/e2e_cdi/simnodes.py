@@ -33,6 +33,20 @@ def make_node(directory: Path, **kw):
     return create_node(str(directory), **kw)
 
 
+def world_rw_dri(dev_dir: str) -> None:
+    """chmod 0666 the DRM card/render nodes under `dev_dir` (a node's dev/, or /dev inside
+    its namespace): a host where every GPU node is world read-write, for which upstream's
+    minimum cdiVersion is 0.5.0 (no additionalGids). The simulated default, like Debian's
+    udev, is card nodes 0660 group video, which need additionalGids (0.7.0)."""
+    import stat
+
+    dri = os.path.join(dev_dir, "dri")
+    for name in os.listdir(dri):
+        path = os.path.join(dri, name)
+        if stat.S_ISCHR(os.lstat(path).st_mode):
+            os.chmod(path, 0o666)
+
+
 def node_env(node, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
     env.update(NCT_PROC_ROOT=os.path.join(node.root, "proc"),

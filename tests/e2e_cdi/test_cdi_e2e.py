@@ -1,6 +1,6 @@
 """CDI end to end on a simulated node (3 GPUs; GPU 2 with 2 MIG devices): a spec made by
 `nvidia-ctk cdi generate` inside `nct sim run`, used by runc (injected with the CDI merge
-rules), podman (--device nvidia.com/gpu=...), and containerd through our runtime shim
+rules), podman 4.3 (--device nvidia.com/gpu=..., from a default spec: cdiVersion 0.5.0), and containerd through our runtime shim
 (jit-cdi). In each container: only the requested GPU's nodes, an allowed node opens with
 ENXIO (no driver behind it) while a denied one gives EPERM, libcuda.so.1 loads through the
 container's ld cache (update-ldcache hook), and nvidia-smi -L shows the right UUIDs."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import uuid
 
 import pytest
@@ -111,6 +112,9 @@ def test_podman_device_from_generated_spec(cdi_node, image_tars, tmp_path):
         if os.path.exists(spec):  # written inside the node's namespace: normally never here
             os.unlink(spec)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "with cdiVersion 0.5.0" in r.stderr  # a default spec, no --max-cdi-version
+    # the DRM nodes were made world rw in the namespace's /dev only
+    assert stat.S_IMODE(os.stat(os.path.join(cdi_node.root, "dev/dri/card1")).st_mode) == 0o660
     out = r.stdout
     devs = out.splitlines()[0].split()
     assert "nvidia1" in devs and "nvidia0" not in devs and "nvidia2" not in devs

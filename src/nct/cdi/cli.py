@@ -136,8 +136,9 @@ _HOOK_CHOICES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-comp
 @click.option("--no-all-device", is_flag=True, help="Do not add the 'all' device.")
 @click.option("--device-id", "--devices", "device_ids", multiple=True, help="Devices to include (default all).")
 @click.option("--max-cdi-version", default=None,
-              help="nct: highest cdiVersion the consumer reads (e.g. 0.5.0 for podman 4.x): leaves out "
-                   "the node record annotations and additionalGids.")
+              help="nct: highest cdiVersion the consumer reads: below 0.7.0 leaves out additionalGids "
+                   "(needed only for device nodes that are not world rw, e.g. video-group DRM nodes, which "
+                   "podman 4.x cannot read); fails if the spec would still need more.")
 @click.pass_context
 @one_line_errors
 def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_root, strategies, hook_path,

@@ -4,15 +4,14 @@ The spec is a serialisation of the planner's edits: `common_edits` once (spec le
 `gpu_edits` / `mig_edits` per device, rendered by nct.cdi.render. Device-class modes
 (management, imex, gds, mofed, gdrcopy, nvswitch) list device nodes under the dev root.
 
-Specs made from discovery carry a record of the node they describe (annotations
-`nct.nvidia.com/driver-version` and `nct.nvidia.com/fingerprint`) so that `nct cdi check`
-can tell when a spec went stale (driver upgrade, GPUs swapped)."""
+The spec carries nothing of nct's own: no annotations, so its cdiVersion is the minimum
+upstream would write for the same content (0.5.0 unless device nodes need additionalGids),
+which old consumers such as podman 4.3 (reads <= 0.5.0) accept. `nct cdi check` tells a
+stale spec from its content (nct.cdi.check)."""
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import os
 import posixpath
 import re
@@ -27,10 +26,6 @@ from nct.cdi.names import class_error, vendor_error
 from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
 from nct.errors import NctError, RequestError, SpecError
-
-ANNOTATION_PREFIX = "nct.nvidia.com/"
-DRIVER_VERSION_ANNOTATION = ANNOTATION_PREFIX + "driver-version"
-FINGERPRINT_ANNOTATION = ANNOTATION_PREFIX + "fingerprint"
 
 GPU_MODES = ("auto", "nvml")
 CLASS_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
@@ -51,7 +46,6 @@ CLASS_DEVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 MANAGEMENT_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap*", "/dev/nvidia-caps-imex-channels/channel*")
 MANAGEMENT_EXCLUDE = ("nvidia-fs*", "nvidia-nvswitch*", "nvidia-nvlink*")
 IMEX_MAX_CHANNEL = 2**20 - 1
-FINGERPRINT_FILE_KINDS = ("lib", "lib32", "bin", "firmware", "config", "xorg")
 
 
 class GenerateOptions(Record):
@@ -81,7 +75,7 @@ class GenerateOptions(Record):
     quiet: bool = False
     debug: bool = False
     # nct additions
-    max_cdi_version: str | None = None  # highest cdiVersion the consumer reads (podman 4.x: 0.5.0)
+    max_cdi_version: str | None = None  # highest cdiVersion the consumer reads (drops additionalGids below 0.7.0)
     prog: str = "nvidia-ctk"
 
 
@@ -161,8 +155,6 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
         else:
             plan = gpu_plan(node, opts.device_ids, opts.device_name_strategies, disabled,
                             hook_path=hook_path, no_gids=no_gids)
-        if cap is None or cdi_version.key(cap) >= (0, 6, 0):
-            plan.annotations = node_record(node)
     if warnings is not None:
         warnings.extend(f"unknown feature flag {f!r} ignored" for f in unknown)
         warnings.extend(plan.warnings)
@@ -492,40 +484,6 @@ def _show(root: str, path: str) -> str:
     return path if root in ("", "/") else root.rstrip("/") + path
 
 
-# --- the node record --------------------------------------------------------------------------
-
-def node_fingerprint(node: Node) -> dict[str, str]:
-    """Short hashes of what a spec depends on: the GPU set (minor, UUID, MIG GI/CI) and the
-    driver files (their paths). Independent of NVML, so checking needs no NVML."""
-    gpus = sorted([g.minor, g.uuid.lower(), sorted([m.gi, m.ci] for m in g.migs)]
-                  for g in node.gpus if not g.excluded)
-    files = sorted(f.container_path for f in node.files if f.kind in FINGERPRINT_FILE_KINDS)
-
-    def h(obj) -> str:
-        return hashlib.sha256(json.dumps(obj, separators=(",", ":")).encode()).hexdigest()[:16]
-
-    return {"gpus": h(gpus), "files": h(files)}
-
-
-def format_fingerprint(parts: dict[str, str]) -> str:
-    return ",".join(f"{k}:{v}" for k, v in parts.items())
-
-
-def parse_fingerprint(value: str) -> dict[str, str]:
-    out = {}
-    for item in value.split(","):
-        k, sep, v = item.partition(":")
-        if sep:
-            out[k.strip()] = v.strip()
-    return out
-
-
-def node_record(node: Node) -> dict[str, str]:
-    """The spec annotations recording the node a spec was generated for."""
-    return {DRIVER_VERSION_ANNOTATION: node.driver_version,
-            FINGERPRINT_ANNOTATION: format_fingerprint(node_fingerprint(node))}
-
-
 # --- rendering ----------------------------------------------------------------------------------
 
 def render_plan(plan: Plan, hook_opts: HookOptions) -> dict:
@@ -561,6 +519,5 @@ def finish_spec(spec: dict, cap: str | None, *, schema: bool = False) -> dict:
 __all__ = [
     "GenerateOptions", "Plan", "generate", "generate_spec", "roots_for", "resolve_hook_path", "disabled_hooks",
     "discover_for_generate", "gpu_plan", "management_plan", "imex_plan", "class_plan", "select_for_spec",
-    "glob_nodes", "nodes_edits", "node_fingerprint", "node_record", "parse_fingerprint", "render_plan",
-    "DRIVER_VERSION_ANNOTATION", "FINGERPRINT_ANNOTATION",
+    "glob_nodes", "nodes_edits", "render_plan",
 ]
