@@ -1,7 +1,9 @@
 """Syscall audit: a hostile-image run of the prestart hook (apply_edits, real runc) traced with
 python-ptrace across every process it starts (worker after setns, ldconfig child after
 pivot_root). No open-for-write, creat, mkdir, mknod, symlink, rename, link, unlink, chmod, chown,
-truncate, mount or move_mount may touch a path outside the container root (cgroup files aside)."""
+truncate, mount or move_mount may touch a path outside the container root (cgroup files aside).
+The tracer and its rules are tests/e2e/audit_tracer.py and audit_rules.py (negative control:
+tests/e2e/test_audit.py::test_tracer_sees_host_writes)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ import sys
 
 import pytest
 
+from e2e.audit_rules import violations
 from realparts import (HERE, HOOKHELPER, NV_MAJOR, needs_gcc, needs_root, needs_runc, run_container, snapshot,
                        write_bundle, write_edits)
 
 pytestmark = [needs_root, needs_runc, needs_gcc,
               pytest.mark.skipif(platform.machine() != "x86_64", reason="tracer decodes x86_64 syscalls")]
-TRACER = os.path.join(HERE, "audit_tracer.py")
+TRACER = os.path.join(os.path.dirname(HERE), "e2e", "audit_tracer.py")  # the one syscall tracer
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
 
@@ -45,9 +48,8 @@ def test_hostile_image_hook_touches_nothing_outside_the_root(tmp_path, rootfs, h
         "proc_driver_gpus": ["00000000:01:00.0"],
     }, {"proc_root": str(tmp_path / "hostproc")})
     report = str(tmp_path / "report.json")
-    allowed = ":".join([rootfs, "/sys/fs/cgroup"])
     hooks = {"prestart": [{"path": sys.executable,
-                           "args": [sys.executable, TRACER, report, allowed, "--", sys.executable, HOOKHELPER, edits],
+                           "args": [sys.executable, TRACER, report, rootfs, "--", sys.executable, HOOKHELPER, edits],
                            "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONDONTWRITEBYTECODE=1"]}]}
     bundle = os.path.dirname(rootfs)
     write_bundle(bundle, ["sh", "-c", "cat /dev/nvidia1 2>&1; cat /usr/bin/nvidia-smi; ls /proc/driver/nvidia/gpus"],
@@ -57,30 +59,12 @@ def test_hostile_image_hook_touches_nothing_outside_the_root(tmp_path, rootfs, h
     assert "No such device or address" in res.stdout and "echo smi" in res.stdout
     with open(report) as f:
         doc = json.load(f)
-    assert doc["checked"] >= 10  # the mounts, mkdirs, writes were seen...
-    assert doc["violations"] == []  # ...and none of them left the container root
-    assert len(doc["pids"]) >= 2 and doc["jailed"]  # worker (after setns) and pivoted ldconfig child
+    assert doc["rc"] == 0
+    assert len(doc["events"]) >= 10  # the mounts, mkdirs, writes were seen...
+    assert violations(doc["events"], rootfs) == []  # ...and none of them left the container root
+    assert doc["processes"] >= 2  # worker (after setns) and the ldconfig children
+    assert any(e["confined"] for e in doc["events"])  # ldconfig, pivoted into the root
     assert snapshot(victim) == before
-
-
-def test_auditor_catches_writes_outside(tmp_path):
-    """Negative control: the same tracer flags every kind of escape it is meant to catch."""
-    pytest.importorskip("ptrace")
-    import subprocess
-
-    inside = tmp_path / "in"
-    inside.mkdir()
-    report = str(tmp_path / "r.json")
-    script = (f"cd {tmp_path}; mkdir in/ok-dir; touch in/ok out1; ln -s x {tmp_path}/out2; "
-              "(cd in && mv ../out1 ../out3 && echo hi > ../../out4-parent); chmod 600 out3; rm out3")
-    res = subprocess.run([sys.executable, TRACER, report, str(inside), "--", "sh", "-c", script],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    with open(report) as f:
-        got = {(v["syscall"], os.path.basename(v["path"])) for v in json.load(f)["violations"]}
-    assert {("openat", "out1"), ("symlinkat", "out2"), ("renameat2", "out1"), ("renameat2", "out3"),
-            ("openat", "out4-parent"), ("fchmodat", "out3"), ("unlinkat", "out3")} <= got, got
-    assert not any(name in ("ok", "ok-dir") for _, name in got)
 
 
 def test_hostile_image_cdi_hooks_touch_nothing_outside_the_root(tmp_path, rootfs, victim):
@@ -112,8 +96,9 @@ def test_hostile_image_cdi_hooks_touch_nothing_outside_the_root(tmp_path, rootfs
         assert res.returncode == 0, res.stderr
         with open(report) as f:
             doc = json.load(f)
-        assert doc["checked"] >= 2 and doc["violations"] == [], doc
-    assert doc["jailed"]  # update-ldcache's ldconfig child was seen pivoting into the rootfs
+        assert doc["rc"] == 0 and len(doc["events"]) >= 2, doc
+        assert violations(doc["events"], rootfs) == [], violations(doc["events"], rootfs)[:5]
+    assert any(e["confined"] for e in doc["events"])  # update-ldcache's ldconfig, pivoted into the rootfs
     assert snapshot(victim) == before
     cache = os.path.join(rootfs, victim.lstrip("/"), "etc", "ld.so.cache")
     out = subprocess.run(["/sbin/ldconfig", "-p", "-C", cache], capture_output=True, text=True).stdout

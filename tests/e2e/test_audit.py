@@ -15,55 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from e2e.audit_rules import inside, target_of, targets, violations
 from e2e.harness import HOOK, bundle_with_hook, mounts_under, needs_e2e, snapshot, venv_bin
 
 pytestmark = [needs_e2e]
 ptrace = pytest.importorskip("ptrace", reason="needs python-ptrace")
 
 HERE = Path(__file__).resolve().parent
-# devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig;
-# our own host-side ELF check cache (nct.driver.elfcache: root-only dir, host files only).
-ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:", "/run/nct/")
-MS_PROPAGATION = (1 << 17) | (1 << 18) | (1 << 19) | (1 << 20)  # unbindable, private, slave, shared
 LIBDIR = "usr/lib/x86_64-linux-gnu"
-
-
-def inside(path: str | None, rootfs: str) -> bool:
-    return path is not None and (path == rootfs or path.startswith(rootfs + "/"))
-
-
-def target_of(ev: dict, which: str = "") -> str | None:
-    """Host path an event acts on, from the path argument and what its dir fd points at."""
-    path, dirfd = ev.get("path" + which), ev.get("dirfd" + which)
-    if ev["syscall"] in ("fchmod", "fchown"):
-        return ev.get("fd")
-    if path is None:
-        return None
-    if path.startswith("/"):
-        return os.path.normpath(path)
-    if not path:  # fd-relative with AT_EMPTY_PATH (move_mount onto an O_PATH fd)
-        return dirfd
-    return os.path.normpath(os.path.join(dirfd or "?", path))
-
-
-def violations(events: list[dict], rootfs: str) -> list[dict]:
-    bad = []
-    for ev in events:
-        if "error" in ev:
-            bad.append(ev)
-            continue
-        if ev["confined"]:  # root is the container root: it cannot name a host path
-            continue
-        if ev.get("detached") and not (ev.get("path") or "").startswith("/"):
-            continue  # inside a mount attached nowhere yet (the /proc/driver/nvidia tmpfs)
-        for which in ("", "2") if "path2" in ev else ("",):
-            t = target_of(ev, which)
-            if ev["syscall"] == "mount" and ev.get("own_ns") and ev["flags"] & MS_PROPAGATION \
-                    and ev.get("source") is None:
-                continue  # propagation change in the process's own new namespace: no fs change
-            if not (inside(t, rootfs) or (t or "").startswith(ALLOWED_PREFIXES)):
-                bad.append(ev)
-    return bad
 
 
 @pytest.fixture
@@ -146,16 +105,20 @@ def test_standalone_configure_audit(sim_node, rootfs, hostile, tmp_path):
 
 def test_tracer_sees_host_writes(tmp_path, rootfs):
     """Negative control: the same tracer and rules flag a process that writes outside the
-    root (children included), so an empty violation list above means something."""
+    root (children, relative paths and both sides of a rename included), so an empty
+    violation list above means something."""
     victim = tmp_path / "v"
-    victim.mkdir()
+    (victim / "in").mkdir(parents=True)
     out = tmp_path / "trace.json"
-    script = f"touch {victim}/a; mkdir {victim}/d; ln -s x {victim}/l; chmod 600 {victim}/a; echo hi > {rootfs}/ok"
+    script = (f"cd {victim}; touch a; mkdir d; ln -s x l; chmod 600 a; echo hi > {rootfs}/ok; "
+              f"(cd in && mv ../a ../b && echo hi > ../../parent-file); rm b; mkdir {rootfs}/ok-dir")
     res = subprocess.run([sys.executable, str(HERE / "audit_tracer.py"), str(out), str(rootfs), "--",
-                                        "sh", "-c", script], capture_output=True, timeout=120)
+                          "sh", "-c", script], capture_output=True, timeout=120)
     assert res.returncode == 0, res.stderr.decode()
     bad = violations(json.loads(out.read_text())["events"], str(rootfs))
-    flagged = {(e["syscall"], target_of(e)) for e in bad}
-    assert {target_of(e) for e in bad} == {f"{victim}/a", f"{victim}/d", f"{victim}/l"}, flagged
-    kinds = {s.removesuffix("at") for s, _ in flagged}
-    assert {"open", "mkdir", "symlink", "fchmod"} <= kinds | {"fchmod" if "chmod" in kinds else ""}, flagged
+    flagged = {(e["syscall"].removesuffix("at").removesuffix("at2").removesuffix("2"), os.path.basename(t))
+               for e in bad for t in targets(e) if not inside(t, str(rootfs))}
+    assert {("open", "a"), ("mkdir", "d"), ("symlink", "l"), ("rename", "a"), ("rename", "b"),
+            ("open", "parent-file"), ("unlink", "b")} <= flagged, flagged
+    assert any(name in ("chmod", "fchmod") for name, base in flagged if base == "a"), flagged
+    assert not any(base in ("ok", "ok-dir") for _, base in flagged), flagged
