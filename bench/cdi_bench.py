@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 
+import resultlog  # bench/resultlog.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results", "cdi.json")
 VENV_BIN = os.path.dirname(sys.executable)
 SHAPES = {"1gpu": dict(gpus=1), "8gpu": dict(gpus=8), "64gpu": dict(gpus=64), "8gpu-7mig": dict(gpus=8, mig="7")}
 
@@ -154,23 +155,12 @@ def main() -> int:
     entry = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
              "runs": opts.runs, "results": results}
-    history: list = []
-    try:
-        with open(RESULTS) as f:
-            history = json.load(f)
-    except (OSError, ValueError):
-        history = []
+    history = resultlog.load("cdi")
     if history:
         print(f"compared with {history[-1].get('when')}:")
         print("\n".join(compare(history[-1].get("results", {}), results)) or "  (nothing comparable)")
     if not opts.no_save:
-        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-        tmp = RESULTS + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(history + [entry], f, indent=2)
-            f.write("\n")
-        os.replace(tmp, RESULTS)
-        print(f"saved to {os.path.relpath(RESULTS)}")
+        print(f"saved to {os.path.relpath(resultlog.append('cdi', entry))}")
     return 0
 
 

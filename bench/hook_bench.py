@@ -27,9 +27,10 @@ import tempfile
 import time
 import uuid
 
+import resultlog  # bench/resultlog.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results", "hook.json")
 BIN = os.path.dirname(sys.executable)
 HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
 
@@ -134,23 +135,15 @@ def main() -> int:
     print(f"  added          {now['added_ms']:8.1f} ms   ratio {now['ratio']:.2f}")
     print(f"  installed hook {now['installed_gpu_ms']:8.1f} ms   (python -IS wrapper, as nct install / the .deb)")
     print(f"  added          {now['installed_added_ms']:8.1f} ms   ratio {now['installed_ratio']:.2f}")
-    history: list = []
-    if os.path.exists(RESULTS):
-        with open(RESULTS) as f:
-            history = json.load(f)
+    history = resultlog.load("hook")
     if history:
         prev = history[-1]["results"]
         print(f"vs previous ({history[-1]['date']}): added {prev['added_ms']} -> {now['added_ms']} ms "
               f"(ratio {now['added_ms'] / prev['added_ms']:.2f})" if prev.get("added_ms") else "vs previous: n/a")
     if not opts.no_save:
-        history.append({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        "host": platform.node(), "cpus": os.cpu_count(), "gpus": opts.gpus, "runs": opts.runs,
-                        "results": now})
-        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-        tmp = RESULTS + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(history, f, indent=1)
-        os.replace(tmp, RESULTS)
+        resultlog.append("hook", {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                  "host": platform.node(), "cpus": os.cpu_count(), "gpus": opts.gpus,
+                                  "runs": opts.runs, "results": now})
     return 0
 
 

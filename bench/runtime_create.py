@@ -22,8 +22,9 @@ import sys
 import tempfile
 import time
 
+import resultlog  # bench/resultlog.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results", "runtime.json")
 BIN = os.path.dirname(sys.executable)
 
 
@@ -70,14 +71,7 @@ def main() -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-    doc = {}
-    if os.path.exists(RESULTS):
-        try:
-            with open(RESULTS) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            doc = {}
-    history = doc.get("runtime_create", [])
+    history = resultlog.load("runtime", "runtime_create")
     previous = history[-1]["results"] if history else {}
     for case, r in results.items():
         line = f"create {case:12s} {r['median_ms']:8.1f} ms"
@@ -85,13 +79,8 @@ def main() -> int:
             line += f"  (previous {previous[case]['median_ms']:.1f} ms)"
         print(line)
     if not opts.no_save:
-        doc["runtime_create"] = (history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                              "results": results}])[-20:]
-        tmp = RESULTS + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, RESULTS)
+        resultlog.append("runtime", {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                        "results": results}, "runtime_create", keep=20)
     return 0
 
 

@@ -25,8 +25,9 @@ import sys
 import tempfile
 import time
 
+import resultlog  # bench/resultlog.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results", "runtime.json")
 DEFAULT_CONFIG = os.path.join(HERE, "..", "src", "nct", "config", "default.toml")
 
 
@@ -136,13 +137,7 @@ def main() -> int:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(base, ignore_errors=True)
 
-    history = []
-    if os.path.exists(RESULTS):
-        try:
-            with open(RESULTS) as f:
-                history = json.load(f).get("runtime_passthrough", [])
-        except (OSError, ValueError):
-            history = []
+    history = resultlog.load("runtime", "runtime_passthrough")
     previous = history[-1] if history else None
     for case, r in results.items():
         line = (f"{case:33s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
@@ -155,19 +150,7 @@ def main() -> int:
     if not opts.no_save:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
                  "shim": opts.shim, "results": results}
-        doc = {}
-        if os.path.exists(RESULTS):
-            try:
-                with open(RESULTS) as f:
-                    doc = json.load(f)
-            except (OSError, ValueError):
-                doc = {}
-        doc["runtime_passthrough"] = (history + [entry])[-20:]
-        tmp = RESULTS + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, RESULTS)
+        resultlog.append("runtime", entry, "runtime_passthrough", keep=20)
     return 0
 
 
