@@ -11,6 +11,7 @@ import re
 
 from nct.config import model, schema
 from nct.config.paths import resolve_config_path
+from nct.config.tomlscan import first_unquoted
 from nct.errors import ConfigError
 
 DEFAULT_LDCONFIG = "@/sbin/ldconfig"
@@ -234,18 +235,8 @@ def _split_key(s: str) -> list[str]:
 
 def _key_part(line: str) -> str | None:
     """The key of a `key = value` line (None when the line has no key)."""
-    quote = ""
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "=":
-            return line[:i]
-        elif ch == "#":
-            return None
-    return None
+    i = first_unquoted(line, "=#")
+    return line[:i] if i >= 0 and line[i] == "=" else None
 
 
 def find_key_line(text: str, dotted: str) -> int | None:

@@ -11,6 +11,7 @@ is no config file). `create` loads and validates the whole file with
 from __future__ import annotations
 
 from nct.config.paths import resolve_config_path
+from nct.config.tomlscan import first_unquoted
 
 DEFAULT_RUNTIMES = ("runc", "crun")
 
@@ -100,16 +101,8 @@ def _strip_comment(line: str) -> str | None:
         return line.strip()
     if "\\" in line:
         return None
-    quote = ""
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            return line[:i].strip()
-    return line.strip()
+    i = first_unquoted(line, "#")
+    return (line[:i] if i >= 0 else line).strip()
 
 
 def scan_runtime_section(text: str) -> dict | None:
