@@ -91,7 +91,9 @@ def configure(ctx: click.Context, pid, devices, requires, ldconfig, compute, uti
         roots=opts.roots(), ldcache=opts.ldcache, ldconfig=ldconfig or "/sbin/ldconfig",
         no_cgroups=no_cgroups, no_devbind=no_devbind, no_pivot=opts.no_pivot, no_persistenced=no_persistenced,
         no_fabricmanager=no_fabricmanager, no_gsp_firmware=no_gsp_firmware,
+        load_kmods=opts.load_kmods and not dry_run, no_create_imex_channels=opts.no_create_imex_channels,
     )
+    core.init_driver(settings, request)
     try:
         prepared = core.prepare(request, rootfs, settings)
     except NctError as e:

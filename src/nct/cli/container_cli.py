@@ -132,7 +132,7 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Print version information and exit.")
 @click.option("-d", "--debug", metavar="FILE", default=None, help="Log debug information to FILE.")
-@click.option("-k", "--load-kmods", is_flag=True, help="Load kernel modules (accepted; nct expects them loaded).")
+@click.option("-k", "--load-kmods", is_flag=True, help="Load kernel modules and create missing device nodes.")
 @click.option("-n", "--no-pivot", is_flag=True, help="Do not use pivot_root.")
 @click.option("-u", "--user", metavar="UID[:GID]", default=None, help="User and group to use for privilege separation.")
 @click.option("-r", "--root", metavar="PATH", default="/", help="Path to the driver root directory.")
@@ -148,13 +148,24 @@ def cli(ctx: click.Context, debug, load_kmods, no_pivot, user, root, ldcache, no
         root=root, ldcache=ldcache, debug=debug, load_kmods=load_kmods, no_pivot=no_pivot,
         user=_parse_user(user) if user is not None else None, no_create_imex_channels=no_create_imex_channels,
     )
-    if load_kmods:
-        logging.getLogger("nct.driver").debug("--load-kmods: kernel modules are expected to be loaded by the host")
 
 
-def _discover(opts: CliOptions):
+def init_driver(opts: CliOptions, imex_channels=()) -> None:
+    """upstream's init before every command: with --load-kmods, load the NVIDIA modules the
+    kernel lacks and mknod missing nodes (requested IMEX channels unless
+    --no-create-imex-channels). Problems are debug-log warnings, never a failure."""
+    if not opts.load_kmods:
+        return
+    from nct.driver.devinit import init_driver as _init
+
+    report = _init(opts.roots(), imex_channels=imex_channels, create_imex_channels=not opts.no_create_imex_channels)
+    logging.getLogger("nct.driver").debug("--load-kmods: %s", report)
+
+
+def _discover(opts: CliOptions, imex_channels=()):
     from nct.driver.discover import discover_node
 
+    init_driver(opts, imex_channels)
     try:
         return discover_node(opts.roots(), ldcache=opts.ldcache)
     except NctError as e:
@@ -256,7 +267,7 @@ def list_cmd(ctx: click.Context, devices, libraries, binaries, ipcs, firmwares, 
     if not given or given == {"imex"}:
         devices, compat32, libraries, binaries, ipcs, firmwares = ("all",), True, True, True, True, True
         mig_config = mig_monitor = ()
-    node = _discover(opts)
+    node = _discover(opts, [c for v in imex for c in v.split(",")])
     click.echo("".join(p + "\n" for p in list_paths(
         node, devices=",".join(devices) if devices else None, libraries=libraries, binaries=binaries, ipcs=ipcs,
         firmwares=firmwares and not no_gsp_firmware, compat32=compat32,

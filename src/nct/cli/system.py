@@ -14,199 +14,15 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-from nct.record import Record
 
 import click
 
 from nct.cli.errors import fail
+from nct.driver.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
+    MODULES, DevNode, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
+    existing_device_nodes, modprobe_argv, proc_root, read_majors, read_mig_minors, run_modprobe,
+)
 from nct.errors import NctError
-
-BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
-CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
-CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
-MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
-NVIDIA_VENDOR = "0x10de"
-GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
-
-
-class NodeError(NctError):
-    """A node utility could not do its job (missing major, mknod refused, modprobe failed)."""
-
-
-class DevNode(Record):
-    """A character device node: host path (dev root applied), major, minor."""
-
-    path: str
-    major: int
-    minor: int
-
-    @property
-    def dev_char_name(self) -> str:
-        return f"{self.major}:{self.minor}"
-
-
-def proc_root() -> str:
-    return os.environ.get("NCT_PROC_ROOT") or "/proc"
-
-
-def rooted(root: str, path: str) -> str:
-    """Join an absolute path onto a root ("/" leaves it unchanged)."""
-    if root in ("", "/"):
-        return path
-    return root.rstrip("/") + "/" + path.lstrip("/")
-
-
-# ---------------------------------------------------------------------------------------
-# procfs / sysfs readers (parsers are the discovery area's)
-
-
-def read_majors(proc: str) -> dict[str, int]:
-    from nct.driver.procfs import parse_devices
-
-    path = os.path.join(proc, "devices")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        raise NodeError(f"{path}: cannot read device majors: {e.strerror or e}") from None
-    return parse_devices(text, path)
-
-
-def read_mig_minors(proc: str) -> dict[str, int] | None:
-    """name -> minor from mig-minors; None when the file is absent (no MIG support)."""
-    from nct.driver.procfs import parse_mig_minors
-
-    path = os.path.join(proc, "driver", "nvidia-caps", "mig-minors")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise NodeError(f"{path}: cannot read MIG minors: {e.strerror or e}") from None
-    return parse_mig_minors(text, path)
-
-
-def gpu_major(majors: dict[str, int], proc: str) -> int:
-    major = majors.get("nvidia-frontend", majors.get("nvidia"))
-    if major is None:
-        raise NodeError(f"{os.path.join(proc, 'devices')}: no 'nvidia' device major (is the nvidia module loaded?)")
-    return major
-
-
-def named_major(majors: dict[str, int], name: str, proc: str) -> int:
-    if name not in majors:
-        raise NodeError(f"{os.path.join(proc, 'devices')}: no '{name}' device major (is the {name} module loaded?)")
-    return majors[name]
-
-
-def count_gpus(dev_root: str, proc: str) -> int:
-    """NVIDIA display-class PCI functions under <dev-root>/sys/bus/pci/devices, as upstream;
-    where that tree is absent, the GPUs the driver lists in <proc>/driver/nvidia/gpus."""
-    pci = rooted(dev_root, "/sys/bus/pci/devices")
-    if os.path.isdir(pci):
-        count = 0
-        for entry in sorted(os.listdir(pci)):
-            try:
-                with open(os.path.join(pci, entry, "vendor")) as f:
-                    vendor = f.read().strip().lower()
-                with open(os.path.join(pci, entry, "class")) as f:
-                    cls = f.read().strip().lower()
-            except OSError:
-                continue
-            if vendor == NVIDIA_VENDOR and cls in GPU_CLASSES:
-                count += 1
-        return count
-    gpus = os.path.join(proc, "driver", "nvidia", "gpus")
-    try:
-        return len([e for e in os.listdir(gpus) if not e.startswith(".")])
-    except OSError:
-        return 0
-
-
-# ---------------------------------------------------------------------------------------
-# planning (pure given the inputs)
-
-
-def existing_device_nodes(dev_root: str) -> list[DevNode]:
-    """NVIDIA character nodes that exist: /dev/nvidia* and /dev/nvidia-caps/nvidia-*,
-    except nvidia-fs*, nvidia-nvswitch*, nvidia-nvlink*."""
-    found: list[DevNode] = []
-    for directory, prefix in (("/dev", "nvidia"), ("/dev/nvidia-caps", "nvidia-")):
-        host_dir = rooted(dev_root, directory)
-        try:
-            names = sorted(os.listdir(host_dir))
-        except OSError:
-            continue
-        for name in names:
-            if not name.startswith(prefix) or name.startswith(BLOCKED_PREFIXES):
-                continue
-            path = os.path.join(host_dir, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            if stat.S_ISCHR(st.st_mode):
-                found.append(DevNode(path, os.major(st.st_rdev), os.minor(st.st_rdev)))
-    return found
-
-
-def cap_path(minor: int) -> str:
-    return f"/dev/nvidia-caps/nvidia-cap{minor}"
-
-
-def all_possible_device_nodes(
-    dev_root: str, majors: dict[str, int], mig_minors: dict[str, int] | None, gpu_count: int, proc: str
-) -> list[DevNode]:
-    """Every node the driver could create for `gpu_count` GPUs: control nodes, MIG
-    config/monitor caps, /dev/nvidiaN and each GPU's GI/CI access caps."""
-    if gpu_count == 0:
-        return []
-    gpu = gpu_major(majors, proc)
-    uvm = named_major(majors, "nvidia-uvm", proc)
-    caps = named_major(majors, "nvidia-caps", proc) if mig_minors is not None else None
-    mig = mig_minors or {}
-    nodes = [
-        DevNode(rooted(dev_root, "/dev/nvidia-modeset"), gpu, CONTROL_MINORS["nvidia-modeset"]),
-        DevNode(rooted(dev_root, "/dev/nvidiactl"), gpu, CONTROL_MINORS["nvidiactl"]),
-        DevNode(rooted(dev_root, "/dev/nvidia-uvm"), uvm, CONTROL_MINORS["nvidia-uvm"]),
-        DevNode(rooted(dev_root, "/dev/nvidia-uvm-tools"), uvm, CONTROL_MINORS["nvidia-uvm-tools"]),
-    ]
-    for name in ("config", "monitor"):
-        if name in mig and caps is not None:
-            nodes.append(DevNode(rooted(dev_root, cap_path(mig[name])), caps, mig[name]))
-    for index in range(gpu_count):
-        nodes.append(DevNode(rooted(dev_root, f"/dev/nvidia{index}"), gpu, index))
-        if caps is None:
-            continue
-        gi = 0
-        while f"gpu{index}/gi{gi}/access" in mig:
-            minor = mig[f"gpu{index}/gi{gi}/access"]
-            nodes.append(DevNode(rooted(dev_root, cap_path(minor)), caps, minor))
-            ci = 0
-            while f"gpu{index}/gi{gi}/ci{ci}/access" in mig:
-                minor = mig[f"gpu{index}/gi{gi}/ci{ci}/access"]
-                nodes.append(DevNode(rooted(dev_root, cap_path(minor)), caps, minor))
-                ci += 1
-            gi += 1
-    return nodes
-
-
-def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> list[DevNode]:
-    """nvidiactl, nvidia-modeset (GPU major), nvidia-uvm, nvidia-uvm-tools (UVM major)."""
-    gpu = gpu_major(majors, proc)
-    uvm = named_major(majors, "nvidia-uvm", proc)
-    major = {"nvidiactl": gpu, "nvidia-modeset": gpu, "nvidia-uvm": uvm, "nvidia-uvm-tools": uvm}
-    return [DevNode(rooted(dev_root, f"/dev/{n}"), major[n], CONTROL_MINORS[n]) for n in CONTROL_NODES]
-
-
-def modprobe_argv(driver_root: str, module: str) -> list[str]:
-    """upstream: `[chroot ROOT] /sbin/modprobe MODULE` (chroot only for a non-/ root)."""
-    if not module.startswith("nvidia"):
-        raise NodeError(f"invalid kernel module {module!r}: not an NVIDIA module")
-    argv = ["chroot", driver_root] if driver_root not in ("", "/") else []
-    return argv + ["/sbin/modprobe", module]
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,13 +45,12 @@ def load_modules(driver_root: str, dry_run: bool, log: _Log) -> None:
         if dry_run:
             continue
         try:
-            res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+            status, detail = run_modprobe(driver_root, module)
         except OSError as e:
             raise NodeError(f"failed to load module {module}: {argv[0]}: {e.strerror or e}") from None
-        if res.returncode != 0:
-            out = (res.stderr or res.stdout).strip().splitlines()
-            detail = f": {out[-1]}" if out else ""
-            raise NodeError(f"failed to load module {module}: {' '.join(argv)} exited {res.returncode}{detail}")
+        if status != 0:
+            detail = f": {detail}" if detail else ""
+            raise NodeError(f"failed to load module {module}: {' '.join(argv)} exited {status}{detail}")
 
 
 def make_device_nodes(nodes: list[DevNode], dry_run: bool, log: _Log) -> None:
@@ -244,13 +59,12 @@ def make_device_nodes(nodes: list[DevNode], dry_run: bool, log: _Log) -> None:
         if os.path.lexists(node.path):
             log(f"Skipping: {node.path} already exists")
             continue
-        log(f"Running: mknod --mode=0666 {node.path} c {node.major} {node.minor}")
+        log(f"Running: mknod --mode={node.mode:04o} {node.path} c {node.major} {node.minor}")
         if dry_run:
             continue
         try:
-            os.makedirs(os.path.dirname(node.path), mode=0o755, exist_ok=True)
-            os.mknod(node.path, stat.S_IFCHR | 0o666, os.makedev(node.major, node.minor))
-            os.chmod(node.path, 0o666)  # mknod is subject to the umask
+            if not create_node(node):
+                log(f"Skipping: {node.path} already exists")
         except OSError as e:
             raise NodeError(f"failed to create device node {node.path}: {e.strerror or e}") from None
 

@@ -34,6 +34,8 @@ class Settings(Record):
     no_fabricmanager: bool = False
     no_gsp_firmware: bool = False
     host_proc: str = "/proc"  # procfs in which the container pid is looked up
+    load_kmods: bool = False  # --load-kmods / load-kmods: modprobe + mknod before discovery
+    no_create_imex_channels: bool = False  # with load_kmods: don't mknod requested IMEX channels
 
 
 class Prepared(Record):
@@ -66,6 +68,22 @@ def _isdir(st: os.stat_result) -> bool:
     import stat
 
     return stat.S_ISDIR(st.st_mode)
+
+
+# --- driver init (--load-kmods) --------------------------------------------------------------
+
+def init_driver(settings: Settings, request: ContainerRequest | None = None):
+    """upstream's init before discovery when load_kmods is set: load the NVIDIA modules the
+    kernel lacks and mknod missing nodes (nct.driver.devinit). Never raises for a node
+    problem (discovery reports a missing driver); returns the InitReport, or None."""
+    if not settings.load_kmods:
+        return None
+    from nct.driver.devinit import init_driver as _init
+
+    channels = request.imex_channels if request is not None else ()
+    report = _init(settings.roots, imex_channels=channels, create_imex_channels=not settings.no_create_imex_channels)
+    log.debug("load-kmods: %s", report)
+    return report
 
 
 # --- discovery, sized to the request ------------------------------------------------------------

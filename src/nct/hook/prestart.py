@@ -5,8 +5,9 @@ Steps, as upstream's hook + nvidia-container-cli, in one process:
 2. <bundle>/config.json, minimally checked (ociVersion, process, root.path);
 3. the request from the spec's env (None = not a GPU container: exit 0, untouched);
 4. the legacy-mode assertion (unless skip-mode-detection);
-5. discover, plan, check requirements (all before anything is mounted);
-6. apply inside the container's mount namespace.
+5. with load-kmods (the default): load missing NVIDIA modules, mknod missing nodes;
+6. discover, plan, check requirements (all before anything is mounted);
+7. apply inside the container's mount namespace.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def settings_from_config(cfg):
     cli = cfg.nvidia_container_cli
     return Settings(
         roots=roots_from_config(cfg), ldcache=cli.ldcache or None, ldconfig=cli.ldconfig,
-        no_cgroups=cli.no_cgroups, no_pivot=cli.no_pivot,
+        no_cgroups=cli.no_cgroups, no_pivot=cli.no_pivot, load_kmods=cli.load_kmods,
+        no_create_imex_channels=cfg.features.disable_imex_channel_creation,
     )
 
 
@@ -138,6 +140,7 @@ def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool 
     assert_legacy_mode(cfg, request)
     rootfs = core.check_rootfs(rootfs)
     settings = settings_from_config(cfg)
+    core.init_driver(settings, request)
     t1 = perf_counter()
     prepared = core.prepare(request, rootfs, settings)
     t2 = perf_counter()

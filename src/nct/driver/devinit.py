@@ -1,0 +1,598 @@
+"""Driver initialisation: load the NVIDIA kernel modules and create missing device nodes.
+
+Shared by `--load-kmods` (the prestart hook and `nvidia-container-cli`, via `init_driver`)
+and `nvidia-ctk system create-device-nodes | create-dev-char-symlinks`. On real nodes the
+uvm module is loaded lazily and nothing runs udev rules for it, so /dev/nvidia-uvm often
+does not exist until someone makes it: without this CUDA fails in containers.
+
+`init_driver` runs on every container start, so its steady state (modules loaded, nodes
+present) costs one read of <proc>/modules, a few small procfs reads and lstat()s: no
+subprocess (modprobe is fork+execve), no click, no logging unless a log was set up.
+Planning is pure; the thin layer below forks, mknods and never follows a symlink below
+the dev root (a dangling /dev symlink must not make us create a node elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+from nct.errors import NctError
+from nct.record import Record
+
+MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
+CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
+CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
+NVIDIA_VENDOR = "0x10de"
+GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
+CAPS_MAJOR = "nvidia-caps"
+IMEX_MAJOR = "nvidia-caps-imex-channels"
+# The driver's IMEX channel count (NVreg_ImexChannelCount) defaults to 2048: higher ids are
+# never created, so a container's NVIDIA_IMEX_CHANNELS cannot fill the host's /dev.
+IMEX_MAX_CHANNEL = 2047
+MODPROBE = "/sbin/modprobe"
+MODPROBE_TIMEOUT = 20.0  # seconds; a hung module load must not hang the container start
+FULL_ID_MAP = ("0", "0", "4294967295")
+
+
+class NodeError(NctError):
+    """A node utility could not do its job (missing major, mknod refused, modprobe failed)."""
+
+
+class DevNode(Record):
+    """A character device node to make: host path (dev root applied), major, minor, mode.
+    `root` is the dev root the path lies under: components below it are never followed
+    when the node is created."""
+
+    path: str
+    major: int
+    minor: int
+    mode: int = 0o666
+    root: str = "/"
+
+    @property
+    def dev_char_name(self) -> str:
+        return f"{self.major}:{self.minor}"
+
+
+class InitReport(Record):
+    """What init_driver did (for logs and tests)."""
+
+    skipped: str | None = None  # why nothing was done (user namespace, WSL)
+    loaded: tuple[str, ...] = ()  # modules modprobe'd successfully
+    failed: tuple[str, ...] = ()  # modules whose modprobe failed
+    created: tuple[str, ...] = ()  # host paths of the nodes made
+
+
+def proc_root() -> str:
+    return os.environ.get("NCT_PROC_ROOT") or "/proc"
+
+
+def rooted(root: str, path: str) -> str:
+    """Join an absolute path onto a root ("/" leaves it unchanged)."""
+    if root in ("", "/"):
+        return path
+    return root.rstrip("/") + "/" + path.lstrip("/")
+
+
+def cap_path(minor: int) -> str:
+    return f"/dev/nvidia-caps/nvidia-cap{minor}"
+
+
+def _node(dev_root: str, path: str, major: int, minor: int, mode: int = 0o666) -> DevNode:
+    return DevNode(rooted(dev_root, path), major, minor, mode, dev_root or "/")
+
+
+# ---------------------------------------------------------------------------------------
+# pure planning
+
+
+def in_user_namespace(uid_map: str) -> bool:
+    """True unless /proc/self/uid_map is the initial namespace's full identity map."""
+    lines = [line.split() for line in uid_map.splitlines() if line.strip()]
+    return lines != [list(FULL_ID_MAP)]
+
+
+def loaded_modules(text: str) -> set[str]:
+    """Module names of a /proc/modules text ('-' and '_' are the same to the kernel)."""
+    return {line.split(None, 1)[0].replace("-", "_") for line in text.splitlines() if line.strip()}
+
+
+def modules_to_load(modules_text: str) -> list[str]:
+    """Which of nvidia, nvidia-uvm, nvidia-modeset /proc/modules does not list, in load order."""
+    loaded = loaded_modules(modules_text)
+    return [m for m in MODULES if m.replace("-", "_") not in loaded]
+
+
+def gpu_major_of(majors: dict[str, int]) -> int | None:
+    """Major of /dev/nvidia*: 'nvidia-frontend' (multi-module builds) or 'nvidia'."""
+    return majors.get("nvidia-frontend", majors.get("nvidia"))
+
+
+def init_plan(dev_root: str, majors: dict[str, int], gpu_minors: list[int], *, modeset: bool = True,
+              caps: list[tuple[int, int]] = (), imex: list[int] = ()) -> list[DevNode]:
+    """Every node --load-kmods ensures, for the drivers the kernel has a major for:
+    nvidiactl + /dev/nvidia<minor> (GPU major), nvidia-modeset (when that module is
+    loaded), nvidia-caps nodes `caps` ((minor, mode) pairs; caps major), IMEX channels
+    `imex` (IMEX major), nvidia-uvm(-tools) (uvm major). Order follows the module loads."""
+    nodes: list[DevNode] = []
+    gpu = gpu_major_of(majors)
+    if gpu is not None:
+        nodes.append(_node(dev_root, "/dev/nvidiactl", gpu, CONTROL_MINORS["nvidiactl"]))
+        nodes += [_node(dev_root, f"/dev/nvidia{m}", gpu, m) for m in gpu_minors]
+    if CAPS_MAJOR in majors:
+        nodes += [_node(dev_root, cap_path(minor), majors[CAPS_MAJOR], minor, mode) for minor, mode in caps]
+    if IMEX_MAJOR in majors:
+        nodes += [_node(dev_root, f"/dev/nvidia-caps-imex-channels/channel{c}", majors[IMEX_MAJOR], c)
+                  for c in imex]
+    if "nvidia-uvm" in majors:
+        uvm = majors["nvidia-uvm"]
+        nodes.append(_node(dev_root, "/dev/nvidia-uvm", uvm, CONTROL_MINORS["nvidia-uvm"]))
+        nodes.append(_node(dev_root, "/dev/nvidia-uvm-tools", uvm, CONTROL_MINORS["nvidia-uvm-tools"]))
+    if gpu is not None and modeset:
+        nodes.append(_node(dev_root, "/dev/nvidia-modeset", gpu, CONTROL_MINORS["nvidia-modeset"]))
+    return list({n.path: n for n in nodes}.values())
+
+
+def missing_nodes(nodes: list[DevNode]) -> list[DevNode]:
+    """Those of `nodes` with nothing (of any kind, a dangling symlink included) at their path."""
+    return [n for n in nodes if not os.path.lexists(n.path)]
+
+
+def imex_ids(channels) -> list[int]:
+    """Numeric channel ids of a request ('all' and garbage are not created)."""
+    out = []
+    for c in channels:
+        c = str(c)
+        c = c[len("channel"):] if c.startswith("channel") else c
+        if c.isascii() and c.isdigit() and int(c) <= IMEX_MAX_CHANNEL:
+            out.append(int(c))
+    return list(dict.fromkeys(out))
+
+
+def modprobe_argv(driver_root: str, module: str) -> list[str]:
+    """upstream: `[chroot ROOT] /sbin/modprobe MODULE` (chroot only for a non-/ root)."""
+    if not module.startswith("nvidia"):
+        raise NodeError(f"invalid kernel module {module!r}: not an NVIDIA module")
+    argv = ["chroot", driver_root] if driver_root not in ("", "/") else []
+    return argv + [MODPROBE, module]
+
+
+# ---------------------------------------------------------------------------------------
+# procfs / sysfs readers (parsers are the discovery area's)
+
+
+def read_majors(proc: str) -> dict[str, int]:
+    from nct.driver.procfs import parse_devices
+
+    path = os.path.join(proc, "devices")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise NodeError(f"{path}: cannot read device majors: {e.strerror or e}") from None
+    return parse_devices(text, path)
+
+
+def read_mig_minors(proc: str) -> dict[str, int] | None:
+    """name -> minor from mig-minors; None when the file is absent (no MIG support)."""
+    from nct.driver.procfs import parse_mig_minors
+
+    path = os.path.join(proc, "driver", "nvidia-caps", "mig-minors")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise NodeError(f"{path}: cannot read MIG minors: {e.strerror or e}") from None
+    return parse_mig_minors(text, path)
+
+
+def gpu_major(majors: dict[str, int], proc: str) -> int:
+    major = gpu_major_of(majors)
+    if major is None:
+        raise NodeError(f"{os.path.join(proc, 'devices')}: no 'nvidia' device major (is the nvidia module loaded?)")
+    return major
+
+
+def named_major(majors: dict[str, int], name: str, proc: str) -> int:
+    if name not in majors:
+        raise NodeError(f"{os.path.join(proc, 'devices')}: no '{name}' device major (is the {name} module loaded?)")
+    return majors[name]
+
+
+def count_gpus(dev_root: str, proc: str) -> int:
+    """NVIDIA display-class PCI functions under <dev-root>/sys/bus/pci/devices, as upstream;
+    where that tree is absent, the GPUs the driver lists in <proc>/driver/nvidia/gpus."""
+    pci = rooted(dev_root, "/sys/bus/pci/devices")
+    if os.path.isdir(pci):
+        count = 0
+        for entry in sorted(os.listdir(pci)):
+            try:
+                with open(os.path.join(pci, entry, "vendor")) as f:
+                    vendor = f.read().strip().lower()
+                with open(os.path.join(pci, entry, "class")) as f:
+                    cls = f.read().strip().lower()
+            except OSError:
+                continue
+            if vendor == NVIDIA_VENDOR and cls in GPU_CLASSES:
+                count += 1
+        return count
+    gpus = os.path.join(proc, "driver", "nvidia", "gpus")
+    try:
+        return len([e for e in os.listdir(gpus) if not e.startswith(".")])
+    except OSError:
+        return 0
+
+
+def read_gpu_minors(proc: str) -> list[int]:
+    """Device Minor of every GPU in <proc>/driver/nvidia/gpus (unreadable ones skipped:
+    discovery reports them)."""
+    from nct.driver import procfs
+
+    minors = []
+    try:
+        dirs = procfs.list_gpu_dirs(proc)
+    except NctError as e:
+        _debug("init: %s", e)
+        return []
+    for d in dirs:
+        path = os.path.join(d, "information")
+        try:
+            minors.append(procfs.parse_gpu_information(procfs.read_text(path), path).minor)
+        except (OSError, NctError) as e:
+            _debug("init: skipping %s: %s", path, e)
+    return sorted(set(minors))
+
+
+def cap_files(proc: str, gpu_minors: list[int]) -> list[tuple[int, str]]:
+    """(minor, capability file) of the MIG config/monitor caps and of the GI/CI access caps
+    of the MIG instances that exist. Instances are the capabilities tree's gi*/ci* dirs;
+    minors come from one read of mig-minors (the per-file DeviceFileMinor only where that
+    file is absent), so the steady state does not open a file per instance."""
+    from nct.driver import procfs
+
+    caps_dir = os.path.join(proc, procfs.CAPABILITIES_DIR)
+    if not os.path.isdir(caps_dir):
+        return []
+    table = _read(os.path.join(proc, procfs.MIG_MINORS_FILE))
+    if table is not None:
+        table = "\n" + table  # every entry is then "\n<key> <minor>"
+
+    def minor(key: str, path: str) -> int | None:
+        if table is not None:  # a find per key: the file has ~1000 lines, we need a few
+            at = table.find(f"\n{key} ")
+            if at < 0:
+                return None
+            start = at + len(key) + 2
+            end = table.find("\n", start)
+            value = table[start:end if end >= 0 else None].strip()
+            return int(value) if value.isdigit() else None
+        try:
+            return procfs.read_capability(path).minor
+        except (OSError, NctError):
+            return None
+
+    found: list[tuple[str, str]] = [(f"{n}", os.path.join(caps_dir, "mig", n)) for n in ("config", "monitor")]
+    if table is None:
+        found = [(k, p) for k, p in found if os.path.isfile(p)]
+    for g in gpu_minors:
+        mig_dir = os.path.join(caps_dir, f"gpu{g}", "mig")
+        for gi, gi_name in _numbered(mig_dir, "gi"):
+            gi_dir = os.path.join(mig_dir, gi_name)
+            found.append((f"gpu{g}/gi{gi}/access", os.path.join(gi_dir, "access")))
+            for ci, ci_name in _numbered(gi_dir, "ci"):
+                found.append((f"gpu{g}/gi{gi}/ci{ci}/access", os.path.join(gi_dir, ci_name, "access")))
+    out = []
+    for key, path in found:
+        m = minor(key, path)
+        if m is not None:
+            out.append((m, path))
+    return list(dict.fromkeys(out))
+
+
+def _numbered(path: str, prefix: str) -> list[tuple[int, str]]:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted((int(n[len(prefix):]), n) for n in names if n.startswith(prefix) and n[len(prefix):].isdigit())
+
+
+def cap_mode(path: str, default: int = 0o444) -> int:
+    """DeviceFileMode of a capability file (the mode the driver gives its node)."""
+    from nct.driver import procfs
+
+    try:
+        return procfs.read_capability(path).mode
+    except (OSError, NctError):
+        return default
+
+
+# ---------------------------------------------------------------------------------------
+# NVIDIA nodes in a /dev tree (nvidia-ctk system)
+
+
+BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
+
+
+def existing_device_nodes(dev_root: str) -> list[DevNode]:
+    """NVIDIA character nodes that exist: /dev/nvidia* and /dev/nvidia-caps/nvidia-*,
+    except nvidia-fs*, nvidia-nvswitch*, nvidia-nvlink*."""
+    found: list[DevNode] = []
+    for directory, prefix in (("/dev", "nvidia"), ("/dev/nvidia-caps", "nvidia-")):
+        host_dir = rooted(dev_root, directory)
+        try:
+            names = sorted(os.listdir(host_dir))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith(prefix) or name.startswith(BLOCKED_PREFIXES):
+                continue
+            path = os.path.join(host_dir, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode):
+                found.append(DevNode(path, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode),
+                                     dev_root or "/"))
+    return found
+
+
+def all_possible_device_nodes(
+    dev_root: str, majors: dict[str, int], mig_minors: dict[str, int] | None, gpu_count: int, proc: str
+) -> list[DevNode]:
+    """Every node the driver could create for `gpu_count` GPUs: control nodes, MIG
+    config/monitor caps, /dev/nvidiaN and each GPU's GI/CI access caps."""
+    if gpu_count == 0:
+        return []
+    gpu = gpu_major(majors, proc)
+    uvm = named_major(majors, "nvidia-uvm", proc)
+    caps = named_major(majors, CAPS_MAJOR, proc) if mig_minors is not None else None
+    mig = mig_minors or {}
+    nodes = [
+        _node(dev_root, "/dev/nvidia-modeset", gpu, CONTROL_MINORS["nvidia-modeset"]),
+        _node(dev_root, "/dev/nvidiactl", gpu, CONTROL_MINORS["nvidiactl"]),
+        _node(dev_root, "/dev/nvidia-uvm", uvm, CONTROL_MINORS["nvidia-uvm"]),
+        _node(dev_root, "/dev/nvidia-uvm-tools", uvm, CONTROL_MINORS["nvidia-uvm-tools"]),
+    ]
+    for name in ("config", "monitor"):
+        if name in mig and caps is not None:
+            nodes.append(_node(dev_root, cap_path(mig[name]), caps, mig[name]))
+    for index in range(gpu_count):
+        nodes.append(_node(dev_root, f"/dev/nvidia{index}", gpu, index))
+        if caps is None:
+            continue
+        gi = 0
+        while f"gpu{index}/gi{gi}/access" in mig:
+            minor = mig[f"gpu{index}/gi{gi}/access"]
+            nodes.append(_node(dev_root, cap_path(minor), caps, minor))
+            ci = 0
+            while f"gpu{index}/gi{gi}/ci{ci}/access" in mig:
+                minor = mig[f"gpu{index}/gi{gi}/ci{ci}/access"]
+                nodes.append(_node(dev_root, cap_path(minor), caps, minor))
+                ci += 1
+            gi += 1
+    return nodes
+
+
+def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> list[DevNode]:
+    """nvidiactl, nvidia-modeset (GPU major), nvidia-uvm, nvidia-uvm-tools (UVM major)."""
+    gpu = gpu_major(majors, proc)
+    uvm = named_major(majors, "nvidia-uvm", proc)
+    major = {"nvidiactl": gpu, "nvidia-modeset": gpu, "nvidia-uvm": uvm, "nvidia-uvm-tools": uvm}
+    return [_node(dev_root, f"/dev/{n}", major[n], CONTROL_MINORS[n]) for n in CONTROL_NODES]
+
+
+# ---------------------------------------------------------------------------------------
+# actions
+
+
+def create_node(node: DevNode) -> bool:
+    """mknod `node` (its mode exactly, whatever the umask) unless something exists at its
+    path; True when made. Directories below the dev root are opened (and made, 0755) one
+    component at a time without following symlinks. Raises OSError."""
+    root = node.root or "/"
+    rel = node.path[len(root.rstrip("/")):] if root != "/" else node.path
+    if root != "/" and not node.path.startswith(root.rstrip("/") + "/"):
+        raise OSError(22, f"not under the dev root {root}", node.path)
+    parts = [p for p in rel.split("/") if p]
+    if not parts or ".." in parts:
+        raise OSError(22, "invalid device node path", node.path)
+    old = os.umask(0)  # modes exactly as planned (the umask would narrow mknod's and mkdir's)
+    try:
+        return _create_below(root, parts, node)
+    finally:
+        os.umask(old)
+
+
+def _create_below(root: str, parts: list[str], node: DevNode) -> bool:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except FileNotFoundError:  # the dev root itself is the admin's: made as given
+        os.makedirs(root, 0o755, exist_ok=True)
+        fd = os.open(root, flags)
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        name = parts[-1]
+        try:
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
+            return False
+        except FileNotFoundError:
+            pass
+        try:
+            os.mknod(name, stat.S_IFCHR | (node.mode & 0o7777), os.makedev(node.major, node.minor), dir_fd=fd)
+        except FileExistsError:
+            return False  # raced with udev (or anyone): theirs stands
+        return True
+    finally:
+        os.close(fd)
+
+
+def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOUT) -> tuple[int, str]:
+    """Run `[chroot ROOT] /sbin/modprobe MODULE` as fork + chroot + execve (no subprocess
+    import on the hook path): empty environment, stdin/stdout /dev/null, stderr captured.
+    Returns (exit status, last stderr line); a child past the deadline is killed and
+    reported as status -9. Never raises for the child's failures."""
+    import select
+    import time
+
+    modprobe_argv(driver_root, module)  # refuses a non-NVIDIA module name
+    null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: exec or _exit, never return into the caller's code
+            try:
+                os.dup2(null, 0)
+                os.dup2(null, 1)
+                os.dup2(w, 2)
+                if driver_root not in ("", "/"):
+                    try:
+                        os.chroot(driver_root)
+                    except OSError as e:
+                        os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
+                        os._exit(125)
+                os.chdir("/")
+                os.execve(MODPROBE, [MODPROBE, module], {})
+            except OSError as e:
+                os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())
+            finally:
+                os._exit(127)
+    finally:
+        os.close(null)
+        os.close(w)
+    deadline = time.monotonic() + timeout
+    err = b""
+    status: int | None = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([r], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            err = (err + chunk)[-4096:]
+        while True:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(st)
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.002)
+    finally:
+        os.close(r)
+    if status is None:
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, os.WNOHANG)
+        except OSError:
+            pass
+        return -9, f"timed out after {timeout:g}s"
+    lines = err.decode("utf-8", "replace").strip().splitlines()
+    return status, lines[-1] if lines else ""
+
+
+def _debug(msg: str, *args) -> None:
+    if "logging" in sys.modules:
+        import logging
+
+        logging.getLogger("nct.driver.devinit").debug(msg, *args)
+
+
+def _warn(msg: str, *args) -> None:
+    """A warning for the debug log, as upstream's init: only where a log was set up (never
+    stderr noise in the hook, never an import of logging just to drop it)."""
+    if "logging" in sys.modules:
+        import logging
+
+        logger = logging.getLogger("nct.driver.devinit")
+        if logger.hasHandlers():
+            logger.warning(msg, *args)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def init_driver(roots, *, imex_channels=(), create_imex_channels: bool = True,
+                timeout: float = MODPROBE_TIMEOUT) -> InitReport:
+    """libnvidia-container's --load-kmods init: unless in a user namespace (or on WSL),
+    modprobe the NVIDIA modules /proc/modules lacks, then mknod the missing nodes (see
+    init_plan; IMEX channel nodes for the requested ids unless create_imex_channels is
+    off). Failures are warnings in the debug log: the discovery that follows reports a
+    missing driver. `roots`: nct.driver.model.Roots (driver, dev, proc)."""
+    uid_map = _read("/proc/self/uid_map")
+    if uid_map is None or in_user_namespace(uid_map):
+        _warn("skipping kernel modules load due to user namespace")
+        return InitReport(skipped="user namespace")
+    if os.path.lexists(rooted(roots.dev, "/dev/dxg")):
+        _debug("skipping kernel modules load on WSL")
+        return InitReport(skipped="WSL")
+    modules_path = os.path.join(roots.proc, "modules")
+    modules_text = _read(modules_path)
+    loaded: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    if modules_text is None:
+        _debug("init: %s unreadable: not loading kernel modules", modules_path)
+        have_modeset = True
+    else:
+        for module in modules_to_load(modules_text):
+            _debug("loading kernel module %s", module)
+            try:
+                status, detail = run_modprobe(roots.driver, module, timeout)
+            except OSError as e:
+                status, detail = -1, e.strerror or str(e)
+            if status == 0:
+                loaded += (module,)
+            else:
+                failed += (module,)
+                _warn("could not load kernel module %s: %s exited %d%s", module,
+                      " ".join(modprobe_argv(roots.driver, module)), status, f": {detail}" if detail else "")
+        if loaded:
+            modules_text = _read(modules_path) or modules_text
+        have_modeset = "nvidia_modeset" in loaded_modules(modules_text) or "nvidia-modeset" in loaded
+    try:
+        majors = read_majors(roots.proc)
+    except NctError as e:
+        _warn("init: %s", e)
+        return InitReport(loaded=loaded, failed=failed)
+    minors = read_gpu_minors(roots.proc) if gpu_major_of(majors) is not None else []
+    caps = []
+    for minor, path in (cap_files(roots.proc, minors) if CAPS_MAJOR in majors else []):
+        # the mode matters only for a node to be made: read the capability file only then
+        missing = not os.path.lexists(rooted(roots.dev, cap_path(minor)))
+        caps.append((minor, cap_mode(path) if missing else 0o444))
+    imex = imex_ids(imex_channels) if create_imex_channels else []
+    created = []
+    for node in missing_nodes(init_plan(roots.dev, majors, minors, modeset=have_modeset, caps=caps, imex=imex)):
+        try:
+            if create_node(node):
+                created.append(node.path)
+                _debug("created %s (%d:%d, mode %o)", node.path, node.major, node.minor, node.mode)
+        except OSError as e:
+            _warn("could not create device node %s: %s", node.path, e.strerror or e)
+    return InitReport(loaded=loaded, failed=failed, created=tuple(created))
