@@ -203,6 +203,14 @@ def mig_minors_text(gpu_minors: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# /proc/modules of a node with the driver loaded (so --load-kmods never runs a modprobe).
+MODULES_TEXT = (
+    "nvidia_uvm 1630208 0 - Live 0x0000000000000000 (POE)\n"
+    "nvidia_drm 118784 0 - Live 0x0000000000000000 (POE)\n"
+    "nvidia_modeset 1638400 1 nvidia_drm, Live 0x0000000000000000 (POE)\n"
+    "nvidia 56623104 2 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (POE)\n"
+)
+
 # Host-like entries of /proc/devices around the NVIDIA ones.
 HOST_CHAR_DEVICES = (
     (1, "mem"), (4, "/dev/vc/0"), (4, "tty"), (4, "ttyS"), (5, "/dev/tty"), (5, "/dev/console"),

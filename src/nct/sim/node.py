@@ -210,6 +210,7 @@ def _procfs(root: Path, node: SimNode) -> None:
     _write(root, "/proc/driver/nvidia-caps/mig-minors",
            layout.mig_minors_text([g.minor for g in node.gpus]), 0o444)
     _write(root, "/proc/devices", layout.devices_text(node.majors), 0o444)
+    _write(root, "/proc/modules", layout.MODULES_TEXT, 0o444)
 
 
 def _devices(root: Path, node: SimNode) -> None:

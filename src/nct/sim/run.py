@@ -4,6 +4,7 @@ appears at the real paths, as on a GPU host.
 In the namespace (nothing outside it changes):
   /proc/driver             <- bind of DIR/root/proc/driver (read-only)
   /proc/devices            <- bind of DIR/root/proc/devices (read-only)
+  /proc/modules            <- bind of DIR/root/proc/modules (read-only; when the host has one)
   /dev, /etc, /usr/lib, /usr/bin, /usr/share
                            <- overlayfs: the node's files over the host's, writable into a
                               private tmpfs (writes vanish with the namespace); submounts of
@@ -185,7 +186,10 @@ def enter(directory: str) -> None:
     _run_dir(os.path.join(root, "run"), scratch)
 
     for src, dst in ((os.path.join(root, "proc/driver"), "/proc/driver"),
-                     (os.path.join(root, "proc/devices"), "/proc/devices")):
+                     (os.path.join(root, "proc/devices"), "/proc/devices"),
+                     (os.path.join(root, "proc/modules"), "/proc/modules")):
+        if not (os.path.exists(src) and os.path.exists(dst)):  # a kernel without modules has none
+            continue
         mount(src, dst, None, MS_BIND | MS_REC)
         mount(None, dst, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
