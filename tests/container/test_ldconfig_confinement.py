@@ -89,7 +89,8 @@ def _build(tmp_path, name: str, source: str, *flags: str) -> str:
 
 
 def _run_ldconfig(rootfs: str, *, ldconfig: str = "@/sbin/ldconfig", write_conf: bool = True,
-                  timeout_s: int | None = None, limit: float = 60) -> subprocess.CompletedProcess:
+                  timeout_s: int | None = None, limit: float = 60, prefix: tuple[str, ...] = ()
+                  ) -> subprocess.CompletedProcess:
     """run_ldconfig on `rootfs` in a subprocess, so that a hang fails the test (limit) instead
     of blocking the suite. Prints "OK" or the one-line error."""
     code = textwrap.dedent(f"""
@@ -108,13 +109,17 @@ def _run_ldconfig(rootfs: str, *, ldconfig: str = "@/sbin/ldconfig", write_conf:
             print("OK")
     """)
     env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit, env=env)
+    return subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=limit,
+                          env=env)
 
 
 # ---- capabilities and namespaces ------------------------------------------------------------
 @needs_root
 @needs_gcc
-def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, rootfs):
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, rootfs, kernel):
+    """"old": on a simulated kernel without the new mount API (tests/e2e/oldkernel.py), where
+    the child binds the root onto itself with mount(2) to pivot into it."""
     secret = tmp_path / "host-secret"
     secret.write_text("HOST-ONLY-SECRET\n")
     probe = _build(tmp_path, "probe", PROBE_C, "-static", f'-DHOST_SECRET="{secret}"', f"-DHOST_PID={os.getpid()}")
@@ -125,7 +130,12 @@ def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, root
     with open(probe, "rb") as f, open(dst, "wb") as g:
         g.write(f.read())
     os.chmod(dst, 0o755)
-    res = _run_ldconfig(rootfs, ldconfig="/sbin/ldconfig")  # features.allow-ldconfig-from-container
+    prefix: tuple[str, ...] = ()
+    if kernel == "old":
+        from e2e import oldkernel
+
+        prefix = (str(oldkernel.build(tmp_path / "oldkernel")),)
+    res = _run_ldconfig(rootfs, ldconfig="/sbin/ldconfig", prefix=prefix)  # allow-ldconfig-from-container
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     report = dict(line.split(" ", 1) for line in open(os.path.join(rootfs, "ldconfig.out")).read().splitlines())
     for key in ("CapEff", "CapPrm", "CapInh", "CapBnd"):

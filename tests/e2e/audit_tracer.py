@@ -78,6 +78,19 @@ def _fdlink(pid: int, fd: int) -> str | None:
         return None
 
 
+def _magic(pid: int, path: str | None) -> str | None:
+    """A /proc/self/fd/N[/rest] (or thread-self) path names exactly what the tracee's fd N is:
+    the kernel follows that link, so record where it points (as the tracee sees it)."""
+    if path is None:
+        return None
+    for prefix in ("/proc/self/fd/", "/proc/thread-self/fd/"):
+        num, slash, rest = path[len(prefix):].partition("/")
+        if path.startswith(prefix) and num.isdigit():
+            where = _fdlink(pid, int(num))
+            return path if where is None else where.rstrip("/") + slash + rest
+    return path
+
+
 def _detached(pid: int, fd: int) -> bool:
     """Whether fd is on a mount attached nowhere in the process's namespace (a new tmpfs
     from fsmount, a tree from open_tree before move_mount): writes there touch no path."""
@@ -122,7 +135,7 @@ def record(proc, root_id, events: list) -> None:
         ev["fd"] = _fdlink(proc.pid, _fd(args[0]))
     else:
         if path_i is not None:
-            ev["path"] = _str(proc, args[path_i])
+            ev["path"] = _magic(proc.pid, _str(proc, args[path_i]))
         if dirfd_i is not None:
             ev["dirfd"] = _fdlink(proc.pid, _fd(args[dirfd_i]))
             ev["detached"] = _detached(proc.pid, _fd(args[dirfd_i]))
@@ -130,7 +143,7 @@ def record(proc, root_id, events: list) -> None:
             ev["dirfd"] = _fdlink(proc.pid, AT_FDCWD)
     if name == "mount":
         ev["flags"] = args[3]
-        ev["source"] = _str(proc, args[0])
+        ev["source"] = _magic(proc.pid, _str(proc, args[0]))
         try:
             ev["own_ns"] = os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
         except OSError:

@@ -40,3 +40,13 @@ def rootfs(tmp_path, rootfs_template) -> Path:
     dst = tmp_path / "bundle" / "rootfs"
     shutil.copytree(rootfs_template, dst, symlinks=True)
     return dst
+
+
+@pytest.fixture(scope="session")
+def oldkernel(tmp_path_factory) -> Path:
+    """tests/e2e/oldkernel.py: run a program as on a kernel without the new mount API."""
+    if _WHY:
+        pytest.skip(_WHY)
+    from e2e import oldkernel as K
+
+    return K.build(tmp_path_factory.mktemp("oldkernel") / "oldkernel")

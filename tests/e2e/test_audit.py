@@ -111,7 +111,8 @@ def test_tracer_sees_host_writes(tmp_path, rootfs):
     (victim / "in").mkdir(parents=True)
     out = tmp_path / "trace.json"
     script = (f"cd {victim}; touch a; mkdir d; ln -s x l; chmod 600 a; echo hi > {rootfs}/ok; "
-              f"(cd in && mv ../a ../b && echo hi > ../../parent-file); rm b; mkdir {rootfs}/ok-dir")
+              f"(cd in && mv ../a ../b && echo hi > ../../parent-file); rm b; mkdir {rootfs}/ok-dir; "
+              f"exec 8<{rootfs}; touch /proc/self/fd/8/ok-via-fd; exec 9<{victim}/d; touch /proc/self/fd/9/via-fd")
     res = subprocess.run([sys.executable, str(HERE / "audit_tracer.py"), str(out), str(rootfs), "--",
                           "sh", "-c", script], capture_output=True, timeout=120)
     assert res.returncode == 0, res.stderr.decode()
@@ -120,5 +121,8 @@ def test_tracer_sees_host_writes(tmp_path, rootfs):
                for e in bad for t in targets(e) if not inside(t, str(rootfs))}
     assert {("open", "a"), ("mkdir", "d"), ("symlink", "l"), ("rename", "a"), ("rename", "b"),
             ("open", "parent-file"), ("unlink", "b")} <= flagged, flagged
+    # a path through a /proc/self/fd magic link is judged by what the fd is
+    assert f"{victim}/d/via-fd" in {t for e in bad for t in targets(e)}, flagged
+    assert not any(base == "ok-via-fd" for _, base in flagged), flagged
     assert any(name in ("chmod", "fchmod") for name, base in flagged if base == "a"), flagged
     assert not any(base in ("ok", "ok-dir") for _, base in flagged), flagged

@@ -12,9 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from e2e.harness import bundle_with_hook, mounts_under, needs_e2e, runc_run, snapshot
+from e2e import harness
+from e2e.harness import HOOK, bundle_with_hook, mounts_under, needs_e2e, runc_run, snapshot, venv_bin
 
 pytestmark = needs_e2e
+
+
+@pytest.fixture(autouse=True, params=["new-kernel", "old-kernel"])
+def kernel(request, monkeypatch):
+    """Every hostile image twice: as is, and with the hook on a simulated kernel without the
+    new mount API and openat2 (e2e/oldkernel.py: mount(2) through fd magic links, the
+    O_NOFOLLOW walk)."""
+    if request.param == "old-kernel":
+        wrapper = str(request.getfixturevalue("oldkernel"))
+        monkeypatch.setattr(harness, "hook_entry", lambda *extra: {"prestart": [
+            {"path": wrapper, "args": ["oldkernel", venv_bin(HOOK), *extra, "prestart"]}]})
+    return request.param
 
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 SCRIPT = "ls /dev; cuda-probe; nvidia-smi -L"

@@ -11,6 +11,15 @@ Order of work, and why:
    inside the root (rootfs.Root): the /proc/driver/nvidia view first, then mounts
    shallowest-first, device nodes, symlinks, CUDA compat and an isolated ldconfig.
 Errors travel back over a pipe as one line and are raised as ContainerError.
+
+Kernels without open_tree/move_mount/fsmount (< 5.2) or mount_setattr (< 5.12), e.g. RHEL 8:
+mount(2) instead (syscalls.new_mount_api() decides). A prestart hook runs before the
+runtime pivots into the rootfs, so host paths still resolve in the container's namespace:
+each source is opened there by its host path and must be the very file (device and inode)
+stat'ed on the host side, then bound through /proc/self/fd magic links onto the in-root
+target fd (no name is resolved twice) and remounted with its flags. A container that has
+already pivoted (nvidia-container-cli configure after `runc create`) cannot be configured
+that way: the identity check fails with a one-line error.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from nct.record import Record
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_FILES = ("params", "version", "registry")
+PIVOTED = ("the container has already pivoted into its root: without open_tree and mount_setattr "
+           "(Linux < 5.12) a container can only be configured before it pivots, as a prestart hook does")
 
 
 class ApplyOptions(Record):
@@ -123,12 +134,14 @@ def _run_in_child(fn) -> None:
 
 
 class _Source:
-    """A host object opened as a detached mount before entering the container."""
+    """A host object to mount: a detached mount opened before entering the container (fd),
+    or, without the new mount API, its host path and identity (fd -1; see the docstring)."""
 
-    __slots__ = ("fd", "st", "target", "is_dir")
+    __slots__ = ("fd", "st", "target", "is_dir", "host_path", "attrs")
 
-    def __init__(self, fd: int, st: os.stat_result, target: str, is_dir: bool) -> None:
-        self.fd, self.st, self.target, self.is_dir = fd, st, target, is_dir
+    def __init__(self, fd: int, st: os.stat_result, target: str, host_path: str, attrs: int) -> None:
+        self.fd, self.st, self.target, self.host_path, self.attrs = fd, st, target, host_path, attrs
+        self.is_dir = stat.S_ISDIR(st.st_mode)
 
 
 def _open_source(host_path: str, target: str, attrs: int) -> _Source:
@@ -136,22 +149,57 @@ def _open_source(host_path: str, target: str, attrs: int) -> _Source:
         st = os.stat(host_path)
     except OSError as e:
         raise ContainerError(f"host file {host_path}: {e.strerror}") from None
+    if not sc.new_mount_api():
+        return _Source(-1, st, target, host_path, attrs)
     fd = sc.open_tree(-100, host_path, sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC)
     if attrs:
         sc.mount_setattr(fd, attrs, what=host_path)
-    return _Source(fd, os.fstat(fd), target, stat.S_ISDIR(st.st_mode))
+    return _Source(fd, os.fstat(fd), target, host_path, attrs)
+
+
+def _bind(src: _Source, tfd: int) -> None:
+    """Mount `src` onto the target fd (an O_PATH fd resolved inside the root)."""
+    if src.fd >= 0:
+        sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, src.target)
+        return
+    try:
+        sfd = os.open(src.host_path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as e:
+        sfd, err = -1, e.strerror
+    try:
+        st = os.fstat(sfd) if sfd >= 0 else None
+        if st is None or (st.st_dev, st.st_ino) != (src.st.st_dev, src.st.st_ino):
+            raise ContainerError(f"host file {src.host_path} is not the same in the container's mount namespace "
+                                 f"({err if st is None else 'another file'}): {PIVOTED}")
+        sc.mount(sc.fd_path(sfd), sc.fd_path(tfd), None, sc.MS_BIND, what=src.target)
+    finally:
+        if sfd >= 0:
+            os.close(sfd)
+
+
+def _remount(fd: int, attrs: int, what: str) -> None:
+    """mount(2) only: set a fresh bind mount's flags (fd: its root), keeping those it has."""
+    keep = os.fstatvfs(fd).f_flag & (sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+    sc.mount(None, sc.fd_path(fd), None, sc.MS_REMOUNT | sc.MS_BIND | keep | sc.ms_flags(attrs),
+             what=f"options of {what}")
 
 
 def _attach(root: Root, src: _Source) -> None:
     """Mount a prepared source onto its target inside the root, then verify it is there."""
     tfd = root.mount_target(src.target, src.is_dir)
     try:
-        sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, src.target)
+        _bind(src, tfd)
     finally:
         os.close(tfd)
-    st = root.stat(src.target)
-    if st is None or (st.st_dev, st.st_ino) != (src.st.st_dev, src.st.st_ino):
-        raise ContainerError(f"mount {src.target}: target changed while mounting in container root {root.path}")
+    fd = root.open(src.target)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (src.st.st_dev, src.st.st_ino):
+            raise ContainerError(f"mount {src.target}: target changed while mounting in container root {root.path}")
+        if src.fd < 0 and src.attrs:
+            _remount(fd, src.attrs, src.target)
+    finally:
+        os.close(fd)
 
 
 def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
@@ -177,6 +225,8 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         except OSError:
             continue
         if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
+            if candidate == "/" and not sc.new_mount_api():
+                raise ContainerError(PIVOTED)
             return Root(candidate)
     raise ContainerError(f"rootfs {rootfs} not found in the mount namespace of pid {pid}")
 
@@ -195,10 +245,34 @@ def _proc_copies(proc_root: str) -> dict[str, bytes]:
     return out
 
 
+def _tmpfs(root: Root, path: str, target: int) -> int:
+    """Mount a tmpfs (0555, nodev,nosuid,noexec) on the in-root directory fd `target` (the
+    directory `path`); returns an fd of the new tmpfs's root, to fill it through."""
+    if sc.new_mount_api():
+        mnt = sc.fsmount_tmpfs({"mode": "0555"}, PROC_ATTRS, path)
+        try:
+            sc.move_mount(mnt, "", target, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, path)
+        except BaseException:
+            os.close(mnt)
+            raise
+        return mnt
+    under = os.fstat(target).st_dev
+    sc.mount("tmpfs", sc.fd_path(target), "tmpfs", sc.ms_flags(PROC_ATTRS), "mode=0555", what=path)
+    mnt = root.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    if os.fstat(mnt).st_dev == under:
+        os.close(mnt)
+        raise ContainerError(f"mount {path}: target changed while mounting in container root {root.path}")
+    return mnt
+
+
 def _proc_view(root: Root, files: dict[str, bytes], gpus: list[tuple[str, _Source]]) -> None:
     """tmpfs (0555, nodev,nosuid,noexec) at /proc/driver/nvidia with copies of the driver's
     proc files and the selected GPUs' dirs bind-mounted under gpus/."""
-    mnt = sc.fsmount_tmpfs({"mode": "0555"}, PROC_ATTRS, "/proc/driver/nvidia")
+    target = _proc_target(root)
+    try:
+        mnt = _tmpfs(root, "/proc/driver/nvidia", target)
+    finally:
+        os.close(target)
     try:
         for name, data in files.items():
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444, dir_fd=mnt)
@@ -208,21 +282,19 @@ def _proc_view(root: Root, files: dict[str, bytes], gpus: list[tuple[str, _Sourc
                 os.close(fd)
         if gpus:
             os.mkdir("gpus", 0o555, dir_fd=mnt)
-            for bus, _ in gpus:
-                os.mkdir(f"gpus/{bus}", 0o555, dir_fd=mnt)
-        target = _proc_target(root)
-        try:
-            sc.move_mount(mnt, "", target, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
-                          "/proc/driver/nvidia")
-        finally:
-            os.close(target)
         for bus, src in gpus:
+            os.mkdir(f"gpus/{bus}", 0o555, dir_fd=mnt)
             tfd = os.open(f"gpus/{bus}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mnt)
             try:
-                sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
-                              f"/proc/driver/nvidia/gpus/{bus}")
+                _bind(src, tfd)
             finally:
                 os.close(tfd)
+            if src.fd < 0:
+                fd = os.open(f"gpus/{bus}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mnt)
+                try:
+                    _remount(fd, src.attrs, f"/proc/driver/nvidia/gpus/{bus}")
+                finally:
+                    os.close(fd)
     finally:
         os.close(mnt)
 
@@ -236,10 +308,9 @@ def _proc_target(root: Root) -> int:
         pass
     drv = root.mkdirs("/proc/driver")
     try:
-        mnt = sc.fsmount_tmpfs({"mode": "0555"}, PROC_ATTRS, "/proc/driver")
+        mnt = _tmpfs(root, "/proc/driver", drv)
         try:
             os.mkdir("nvidia", 0o555, dir_fd=mnt)
-            sc.move_mount(mnt, "", drv, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, "/proc/driver")
         finally:
             os.close(mnt)
     finally:

@@ -220,10 +220,18 @@ def _enter_root(root: Root, no_pivot: bool) -> None:
         raise ContainerError(f"container root {root.path} changed while entering it")
     if not no_pivot:
         try:
-            tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
-                                | sc.AT_EMPTY_PATH)
-            sc.move_mount(tree, "", fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
-                          "container root")
+            # pivot_root needs the root to be a mount point: bind it onto itself
+            if sc.new_mount_api():
+                tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
+                                    | sc.AT_EMPTY_PATH)
+                sc.move_mount(tree, "", fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
+                              "container root")
+            else:
+                sc.mount(sc.fd_path(fd), sc.fd_path(fd), None, sc.MS_BIND | sc.MS_REC)
+                tree = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                st = os.fstat(tree)
+                if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+                    raise ContainerError(f"container root {root.path} changed while entering it")
             os.fchdir(tree)
             sc.pivot_root(".", ".")
             sc.umount2(".", sc.MNT_DETACH)
