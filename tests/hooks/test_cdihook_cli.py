@@ -212,7 +212,9 @@ def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):
 
 # ---- disable-device-node-modification --------------------------------------------------------
 @needs_root
-def test_disable_device_node_modification(tmp_path, rootfs):
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_disable_device_node_modification(tmp_path, rootfs, kernel):
+    """"old": a simulated kernel without the new mount API (tests/e2e/oldkernel.py): mount(2)."""
     hostproc = tmp_path / "hostproc"
     (hostproc / "driver/nvidia").mkdir(parents=True)
     (hostproc / "driver/nvidia/params").write_text("EnableMSI: 1\nModifyDeviceFiles: 1\n")
@@ -223,7 +225,13 @@ def test_disable_device_node_modification(tmp_path, rootfs):
     st = state_for(rootfs)
     env = dict(CLEAN_ENV, NCT_PROC_ROOT=str(hostproc))
     # Mounts stay inside a private mount namespace that dies with the shell.
-    script = f'{HOOK} disable-device-node-modification && cat {cparams} && grep "{cparams}" /proc/self/mountinfo'
+    prefix = ""
+    if kernel == "old":
+        from e2e import oldkernel
+
+        prefix = str(oldkernel.build(tmp_path / "oldkernel")) + " "
+    script = (f'{prefix}{HOOK} disable-device-node-modification && cat {cparams} && '
+              f'grep "{cparams}" /proc/self/mountinfo')
     res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                          input=json.dumps(st), capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr

@@ -95,6 +95,9 @@ def disable_device_node_modification(root: Root, host_params: str = "/proc/drive
         return False
     try:
         data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+        if not sc.new_mount_api():
+            _params_copy_mount2(root, target, data)
+            return True
         attrs = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSYMFOLLOW
         mnt = sc.fsmount_tmpfs({"mode": "0555"}, sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC,
                                "params copy")
@@ -125,6 +128,42 @@ def disable_device_node_modification(root: Root, host_params: str = "/proc/drive
     finally:
         os.close(target)
     return True
+
+
+def _params_copy_mount2(root: Root, target: int, data: bytes) -> None:
+    """disable_device_node_modification on a kernel without the new mount API (< 5.12): a
+    tmpfs on a fresh in-root holder dir, the copy written there, bound onto `target` through
+    fd magic links (mount(2) takes paths only), then remounted read-only."""
+    holder_path = f"/run/nvidia-ctk-hook-{os.urandom(16).hex()[:12]}"
+    holder = root.mkdirs(holder_path)
+    try:
+        under = os.fstat(holder).st_dev
+        sc.mount("tmpfs", sc.fd_path(holder), "tmpfs", sc.MS_NODEV | sc.MS_NOSUID | sc.MS_NOEXEC, "mode=0555",
+                 what="params copy")
+    finally:
+        os.close(holder)
+    mnt = root.open(holder_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        if os.fstat(mnt).st_dev == under:
+            raise ContainerError(f"mount {holder_path}: target changed while mounting in container root {root.path}")
+        fd = os.open("nvct-params", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444, dir_fd=mnt)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        src = os.open("nvct-params", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mnt)
+        try:
+            sc.mount(sc.fd_path(src), sc.fd_path(target), None, sc.MS_BIND, what="/proc/driver/nvidia/params")
+        finally:
+            os.close(src)
+    finally:
+        os.close(mnt)
+    fd = root.open("/proc/driver/nvidia/params", os.O_PATH)
+    try:
+        sc.mount(None, sc.fd_path(fd), None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_NODEV | sc.MS_NOSUID,
+                 what="options of /proc/driver/nvidia/params")
+    finally:
+        os.close(fd)
 
 
 def gpu_minor_mask(root: Root) -> int:
