@@ -3,6 +3,7 @@ spec with the real `nvidia-ctk cdi generate`, then starts a container through on
 
     python inner.py runc SPEC_DIR BUNDLE DEVICE...     inject, runc run, delete
     python inner.py shim MODE SPEC_DIR BUNDLE          runc create through nvidia-container-runtime
+    python inner.py devchar BUNDLE CGROUPS_PATH        jit-cdi create (runtime: true), then /dev/char
     python inner.py podman SPEC_FILE WORK DEVICE -- CMD...
     python inner.py containerd WORK TAR CONFIG -- CMD...
 
@@ -89,6 +90,33 @@ def run_shim(mode: str, spec_dir: str, bundle: str) -> int:
     finally:
         subprocess.run(shim + ["delete", "-f", cid], capture_output=True, env=env)
     sys.stdout.write(open(out_path).read())
+    return 0
+
+
+def run_devchar(bundle: str, cgroups_path: str) -> int:
+    """The shim's `create` in jit-cdi mode for a bundle with `cgroups_path` (the low-level
+    runtime is `true`: only the shim's work matters); prints "LINK M:m -> target" for each
+    /dev/char entry that reaches an NVIDIA node."""
+    work = os.path.dirname(bundle)
+    config = os.path.join(work, "config.toml")
+    with open(config, "w") as f:
+        f.write('[nvidia-container-runtime]\nmode = "jit-cdi"\nruntimes = ["true"]\n')
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        spec = json.load(f)
+    spec.setdefault("linux", {})["cgroupsPath"] = cgroups_path
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ, NVIDIA_CTK_CONFIG_FILE_PATH=config)
+    c = subprocess.run([os.path.join(VENV_BIN, "nvidia-container-runtime"), "create", "--bundle", bundle, "x"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if c.returncode != 0:
+        print(c.stdout + c.stderr, flush=True)
+        return c.returncode
+    for name in sorted(os.listdir("/dev/char")) if os.path.isdir("/dev/char") else []:
+        target = os.path.join("/dev/char", name)
+        if os.path.islink(target) and "nvidia" in os.readlink(target):
+            print(f"LINK {name} -> {os.readlink(target)}")
     return 0
 
 
@@ -233,6 +261,8 @@ def main(argv: list[str]) -> int:
             return run_runc(argv[1], argv[2], argv[3:])
         if engine == "shim":
             return run_shim(argv[1], argv[2], argv[3])
+        if engine == "devchar":
+            return run_devchar(argv[1], argv[2])
         cmd = argv[argv.index("--") + 1:]
         head = argv[:argv.index("--")]
         if engine == "podman":

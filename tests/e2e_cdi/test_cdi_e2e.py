@@ -146,3 +146,24 @@ def _log(work) -> str:
         return (work / "containerd.log").read_text()[-3000:]
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("cgroups_path,linked", [("system.slice:docker:nct-test", True), ("/docker/nct-test", False)])
+def test_systemd_cgroup_driver_gets_dev_char_links(cdi_node, rootfs, cgroups_path, linked):
+    """With runc's systemd cgroup driver (cgroupsPath "slice:prefix:name"), jit-cdi `create`
+    links /dev/char/M:m to each NVIDIA node it injects (systemd resolves the container's
+    DeviceAllow through them; without, `systemctl daemon-reload` takes the GPU away). The
+    node's /dev is an overlay inside `nct sim run`: the host's /dev/char is untouched."""
+    bundle = rootfs.parent
+    R.make_bundle(bundle, rootfs, ["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    r = inside(cdi_node, "devchar", str(bundle), cgroups_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    links = dict(line.split()[1::2] for line in r.stdout.splitlines() if line.startswith("LINK "))
+    if not linked:
+        assert links == {}, links
+        return
+    g0 = cdi_node.gpus[0]
+    assert links.get(f"195:{g0.minor}") == f"/dev/nvidia{g0.minor}", links
+    assert links.get("195:255") == "/dev/nvidiactl", links
+    assert any(t == "/dev/nvidia-uvm" for t in links.values()), links
+    assert f"/dev/nvidia{cdi_node.gpus[1].minor}" not in links.values()  # only what was injected

@@ -13,12 +13,12 @@ Planning is pure (lists of DevNode / argv); the thin layer below does mknod/syml
 from __future__ import annotations
 
 import os
-import stat
 
 import click
 
 from nct.cli.errors import fail
 from nct.driver.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
+    ensure_dev_char_links,
     MODULES, DevNode, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
     existing_device_nodes, modprobe_argv, proc_root, read_majors, read_mig_minors, run_modprobe,
 )
@@ -67,51 +67,6 @@ def make_device_nodes(nodes: list[DevNode], dry_run: bool, log: _Log) -> None:
                 log(f"Skipping: {node.path} already exists")
         except OSError as e:
             raise NodeError(f"failed to create device node {node.path}: {e.strerror or e}") from None
-
-
-def create_links(nodes: list[DevNode], dev_char_path: str, dry_run: bool, log: _Log) -> int:
-    """/dev/char/<major>:<minor> -> node. An entry that already reaches the same device is
-    kept (udev's relative links); a stale one is replaced atomically. Returns links made."""
-    if nodes and not dry_run:
-        try:
-            os.makedirs(dev_char_path, mode=0o755, exist_ok=True)
-        except OSError as e:
-            raise NodeError(f"failed to create directory {dev_char_path}: {e.strerror or e}") from None
-    made = 0
-    for node in nodes:
-        link = os.path.join(dev_char_path, node.dev_char_name)
-        if os.path.lexists(link) and _same_device(link, node):
-            continue
-        log(f"Creating link {link} => {node.path}")
-        if dry_run:
-            continue
-        tmp = os.path.join(dev_char_path, f".{node.dev_char_name}.nct-tmp")
-        try:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            os.symlink(node.path, tmp)
-            os.replace(tmp, link)
-            made += 1
-        except OSError as e:
-            log(f"Warning: could not create symlink {link}: {e.strerror or e}")
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    return made
-
-
-def _same_device(link: str, node: DevNode) -> bool:
-    try:
-        if os.readlink(link) == node.path:
-            return True
-    except OSError:
-        return False
-    try:
-        st = os.stat(link)
-    except OSError:
-        return False
-    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(node.major, node.minor)
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,7 +129,7 @@ def create_dev_char_symlinks(
             nodes = all_possible_device_nodes(dev_root, majors, read_mig_minors(proc), count, proc)
         else:
             nodes = existing_device_nodes(dev_root)
-        create_links(nodes, dev_char_path, dry_run, log)
+        ensure_dev_char_links(nodes, dev_char_path, dry_run=dry_run, log=log)
     except NctError as e:
         fail(ctx, e)
 

@@ -391,6 +391,57 @@ def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> li
 # actions
 
 
+def ensure_dev_char_links(nodes: list[DevNode], dev_char_path: str = "/dev/char", *, dry_run: bool = False,
+                          log=None) -> int:
+    """/dev/char/<major>:<minor> -> node, for each node. systemd (runc's systemd cgroup
+    driver) turns a container's device rules into DeviceAllow=/dev/char/M:m entries and
+    drops those it cannot resolve, so without the links a `systemctl daemon-reload` takes
+    the GPUs away from running containers ("Failed to initialize NVML: Unknown Error").
+    An entry that already reaches the same device is kept (udev's relative links); a stale
+    one is replaced atomically. `log(msg)` gets each action. Returns the links made."""
+    say = log or (lambda msg: None)
+    if nodes and not dry_run:
+        try:
+            os.makedirs(dev_char_path, mode=0o755, exist_ok=True)
+        except OSError as e:
+            raise NodeError(f"failed to create directory {dev_char_path}: {e.strerror or e}") from None
+    made = 0
+    for node in nodes:
+        link = os.path.join(dev_char_path, node.dev_char_name)
+        if os.path.lexists(link) and _same_device(link, node):
+            continue
+        say(f"Creating link {link} => {node.path}")
+        if dry_run:
+            continue
+        tmp = os.path.join(dev_char_path, f".{node.dev_char_name}.nct-tmp")
+        try:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(node.path, tmp)
+            os.replace(tmp, link)
+            made += 1
+        except OSError as e:
+            say(f"Warning: could not create symlink {link}: {e.strerror or e}")
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return made
+
+
+def _same_device(link: str, node: DevNode) -> bool:
+    try:
+        if os.readlink(link) == node.path:
+            return True
+    except OSError:
+        return False
+    try:
+        st = os.stat(link)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(node.major, node.minor)
+
+
 def create_node(node: DevNode) -> bool:
     """mknod `node` (its mode exactly, whatever the umask) unless something exists at its
     path; True when made. Directories below the dev root are opened (and made, 0755) one

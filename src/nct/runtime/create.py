@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import os
 
-from nct.errors import ConfigError
+from nct.errors import ConfigError, NctError
 from nct.runtime import argv as av
 from nct.runtime import modes
 from nct.runtime.bundle import read_spec, write_spec
@@ -84,7 +84,64 @@ def handle_create(args: list[str], settings, forced_mode: str | None, log, envir
         return False
     write_spec(path, new)
     log.info(f"Wrote modified OCI specification {path}")
+    if systemd_cgroups(new):
+        try:
+            made = dev_char_links(spec, new, dev_roots(cfg), log)
+        except (NctError, OSError) as e:  # never fail a container for it
+            log.warning(f"could not create /dev/char links for the injected devices: {e}")
+        else:
+            if made:
+                log.info(f"Created {made} /dev/char link(s) for the systemd cgroup driver")
     return True
+
+
+def systemd_cgroups(spec: dict) -> bool:
+    """Whether the engine uses runc's systemd cgroup driver: cgroupsPath is then
+    "slice:prefix:name" (the cgroupfs driver takes a path)."""
+    linux = spec.get("linux")
+    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
+    return isinstance(path, str) and not path.startswith("/") and path.count(":") == 2
+
+
+def dev_roots(cfg) -> tuple[str, ...]:
+    from nct.driver.discover import roots_from_config
+
+    return tuple(dict.fromkeys((roots_from_config(cfg).dev, "/")))
+
+
+def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_path: str = "/dev/char") -> int:
+    """/dev/char links for the char devices the modifiers added to the spec (looked up under
+    each dev root and checked to be that very device): systemd resolves the container's
+    DeviceAllow entries through them, and drops the devices it cannot resolve on its next
+    reload (see nct.driver.devinit.ensure_dev_char_links). Returns the links made."""
+    import stat
+
+    from nct.driver.devinit import DevNode, ensure_dev_char_links, rooted
+
+    def devices(spec: dict) -> list[dict]:
+        linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
+        return [d for d in linux.get("devices") or [] if isinstance(d, dict)]
+
+    def key(d: dict) -> tuple:
+        return d.get("path"), d.get("type"), d.get("major"), d.get("minor")
+
+    before = {key(d) for d in devices(old)}
+    nodes = []
+    for d in devices(new):
+        major, minor, path = d.get("major"), d.get("minor"), d.get("path")
+        if d.get("type") != "c" or key(d) in before or not isinstance(path, str) \
+                or not isinstance(major, int) or not isinstance(minor, int):
+            continue
+        for root in roots:
+            host = rooted(root, path)
+            try:
+                st = os.stat(host)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+                nodes.append(DevNode(host, major, minor))
+                break
+    return ensure_dev_char_links(nodes, dev_char_path, log=lambda msg: log.debug(msg))
 
 
 def modify_spec(spec: dict, cfg, mode: str, log, backend: Backend, env_path: str | None = None) -> dict | None:
