@@ -50,7 +50,8 @@ def median_ms(fn, runs: int) -> float:
 def node_env(node) -> dict:
     env = dict(os.environ, NCT_PROC_ROOT=os.path.join(node.root, "proc"),
                NVIDIA_CTK_CONFIG_FILE_PATH=os.path.join(node.dir, "no-config.toml"))
-    for k in ("NCT_SIM_ROOT", "NVIDIA_CTK_DRIVER_ROOT", "NVIDIA_CTK_DEV_ROOT", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"):
+    for k in ("NCT_SIM_ROOT", "NVIDIA_CTK_DRIVER_ROOT", "NVIDIA_CTK_DEV_ROOT", "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH",
+              "PYTHONDONTWRITEBYTECODE"):  # commands run as installed: .pyc files written and used
         env.pop(k, None)
     return env
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from nct.driver import elf
-from nct.driver.elfcache import CACHE_NAME, ElfCache
+from nct.hostcache import CACHE_NAME, ElfCache
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -18,6 +18,8 @@ def _lib(path, soname="libfoo.so.1"):
     src = path.with_suffix(".c")
     src.write_text("int foo(void) { return 1; }\n")
     subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(src)], check=True)
+    old = os.stat(path).st_mtime - 60  # not "racily" new: the cache skips files modified seconds ago
+    os.utime(path, (old, old))
     return str(path)
 
 
@@ -47,6 +49,7 @@ def test_second_lookup_is_served_from_disk_and_changes_invalidate(tmp_path, monk
 def test_rejections_are_cached_too(tmp_path):
     bad = tmp_path / "libfoo.so.1.0"
     bad.write_bytes(b"not an elf at all")
+    os.utime(bad, (os.stat(bad).st_mtime - 60,) * 2)
     c = ElfCache(str(tmp_path / "c"))
     assert elf.check_library(str(bad), "libfoo.so", compat32=False, cache=c) == (None, "not an ELF file")
     c.save()
@@ -68,3 +71,16 @@ def test_world_writable_cache_dir_is_ignored(tmp_path):
     c2.save()  # refuses to write there either
     os.chmod(d, 0o700)
     assert ElfCache(str(d)).get(key)[0] == 64
+
+
+def test_racily_new_files_are_not_cached(tmp_path, monkeypatch):
+    """A file modified within the last seconds could be rewritten in place, same size, with
+    the same timestamps (they tick at the kernel clock's granularity): no entry for it."""
+    lib = _lib(tmp_path / "libfoo.so.1.0")
+    os.utime(lib)  # just modified
+    c = ElfCache(str(tmp_path / "c"))
+    assert ElfCache.key(lib, os.stat(lib)) is None
+    info, _ = elf.check_library(lib, "libfoo.so", compat32=False, machine="x86_64", cache=c)
+    assert info is not None
+    c.save()
+    assert not (tmp_path / "c" / CACHE_NAME).exists() or (tmp_path / "c" / CACHE_NAME).read_text() == "{}"

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from nct.driver import elf
-from nct.driver.elfcache import CACHE_NAME, ElfCache
+from nct.hostcache import CACHE_NAME, ElfCache
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -23,6 +23,8 @@ def _lib(path, soname="libfoo.so.1"):
     src = path.with_suffix(".c")
     src.write_text("int foo(void) { return 1; }\n")
     subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(src)], check=True)
+    old = os.stat(path).st_mtime - 60  # not "racily" new: the cache skips files modified seconds ago
+    os.utime(path, (old, old))
     return str(path)
 
 
@@ -93,7 +95,7 @@ def test_fifo_as_cache_file_does_not_hang(tmp_path):
     d = tmp_path / "cache"
     d.mkdir(mode=0o700)
     os.mkfifo(d / CACHE_NAME, 0o600)
-    code = ("import sys\nfrom nct.driver import elf\nfrom nct.driver.elfcache import ElfCache\n"
+    code = ("import sys\nfrom nct.driver import elf\nfrom nct.hostcache import ElfCache\n"
             "info, why = elf.check_library(sys.argv[1], 'libfoo.so', compat32=False, machine='x86_64', "
             "cache=ElfCache(sys.argv[2]))\nprint(info.soname)\n")
     res = subprocess.run([sys.executable, "-c", code, lib, str(d)], capture_output=True, text=True, timeout=30)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 # devices.allow of the container's cgroup; the sealed memfd copy of the host ldconfig;
-# our own host-side ELF check cache (nct.driver.elfcache: root-only dir, host files only).
+# our own host-side ELF check cache (nct.hostcache: root-only dir, host files only).
 ALLOWED_PREFIXES = ("/sys/fs/cgroup/", "/memfd:", "/run/nct/")
 MS_PROPAGATION = (1 << 17) | (1 << 18) | (1 << 19) | (1 << 20)  # unbindable, private, slave, shared
 

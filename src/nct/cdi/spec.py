@@ -12,10 +12,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-from nct.record import Record, field
 
 from nct.cdi import names, version
-from nct.errors import SpecError
+from nct.errors import NctError, SpecError
+from nct.record import Record, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nct.hostcache import SpecCache
 
 SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "schema")
 HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
@@ -302,14 +306,28 @@ def spec_from_data(data: bytes | str, source: str = "<spec>", *, fmt: str | None
     return Spec(spec, path=None if source.startswith("<") else source, priority=priority)
 
 
-def load_spec(path: str, *, priority: int = 0, schema: bool = False) -> Spec:
-    """Read and strictly validate one spec file; `schema` also applies the official schema."""
+def load_spec(path: str, *, priority: int = 0, schema: bool = False, cache: "SpecCache | None" = None) -> Spec:
+    """Read and strictly validate one spec file; `schema` also applies the official schema.
+    `cache` (nct.hostcache.SpecCache): reuse the validated document of this very file (same
+    device, inode, size, mtime, ctime) instead of parsing YAML again (~8 ms for 8 GPUs)."""
     try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())  # the identity of exactly the bytes read
+            key = cache.key(path, st) if cache is not None and not schema else None  # None: no caching
+            if key is not None:
+                hit = cache.get(key)
+                if isinstance(hit, dict):
+                    try:
+                        return Spec(hit, path=path, priority=priority)
+                    except (KeyError, TypeError, ValueError, NctError):
+                        pass  # not a document we stored: parse the file
             data = f.read()
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
-    return spec_from_data(data, path, priority=priority, schema=schema)
+    spec = spec_from_data(data, path, priority=priority, schema=schema)
+    if key is not None:
+        cache.put(key, spec.raw)
+    return spec
 
 
 # --- official JSON schema -------------------------------------------------------------

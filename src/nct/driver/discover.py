@@ -120,7 +120,7 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
 
 def find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str | None = None) -> list[DriverFile]:
     """Every driver file of the node, in upstream's listing order."""
-    from nct.driver.elfcache import ElfCache
+    from nct.hostcache import ElfCache
     from nct.driver.rootpath import dirs_memo
 
     with dirs_memo():

@@ -13,7 +13,7 @@ from nct.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from nct.driver.elfcache import ElfCache
+    from nct.hostcache import ElfCache
 
 # uname -m -> (pyelftools e_machine name of native 64-bit objects, of 32-bit compat objects)
 MACHINES: dict[str, tuple[str, str | None]] = {

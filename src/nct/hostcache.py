@@ -1,12 +1,13 @@
-"""A host-side cache of ELF check results, so the hook does not re-parse every driver
-library with pyelftools on every container start.
+"""Host-side caches of results computed from host files, so short-lived processes (the
+prestart hook, the runtime shim) do not redo slow work on every container start: ELF checks
+of driver libraries (pyelftools) and parsed, validated CDI spec files (PyYAML).
 
 Entries are keyed by the file's path and identity (device, inode, size, mtime, ctime): a
-driver upgrade or a replaced file changes the key, so a stale answer cannot be served. The
-cache lives in a root-owned 0700 directory on the host (/run/nct, or NCT_CACHE_DIR); it is
-used only when that directory is ours and not writable by anyone else, and never holds
-anything a container can influence (driver files are host files). Any problem reading or
-writing it just means no cache.
+driver upgrade or a replaced file changes the key, so a stale answer cannot be served. A
+cache is one JSON file in a root-owned 0700 directory on the host (/run/nct, or
+NCT_CACHE_DIR); it is used only when that directory is ours and not writable by anyone
+else, and never holds anything a container can influence (the files are host files). Any
+problem reading or writing it just means no cache.
 """
 
 from __future__ import annotations
@@ -14,24 +15,35 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
-CACHE_NAME = "elf-cache-v1.json"
-# A node has a few hundred driver files at most; the whole file is parsed by every hook, so
-# it stays small (entries of files that are gone are dropped whenever it is rewritten).
-MAX_ENTRIES = 512
-MAX_BYTES = 4 << 20  # a full cache is ~100 KiB
+CACHE_NAME = "elf-cache-v1.json"  # the ELF cache (ElfCache)
+RACY_SECONDS = 2.0
 
 
-class ElfCache:
-    """Load lazily, `get`/`put` by path + stat, `save` once at the end if anything changed."""
+class HostCache:
+    """Load lazily, `get`/`put` by path + stat, `save` once at the end if anything changed.
+    `name`: the file in the cache directory; the whole file is parsed by every user, so it is
+    bounded: at most `max_entries` (the newest) and `max_bytes`, and entries of files that
+    are gone are dropped whenever it is rewritten."""
+
+    name: str
+    max_entries: int
+    max_bytes: int
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory or os.environ.get("NCT_CACHE_DIR") or "/run/nct"
-        self._entries: dict[str, list] | None = None
+        self._entries: dict[str, object] | None = None
         self._dirty = False
 
     @staticmethod
-    def key(path: str, st: os.stat_result) -> str:
+    def key(path: str, st: os.stat_result) -> str | None:
+        """The entry key of a file; None (do not cache) while it was modified very recently:
+        file timestamps tick at the kernel's clock granularity, so a same-size rewrite in
+        place moments after a read could otherwise keep its key ("racily clean", as git
+        calls it)."""
+        if time.time() - st.st_mtime < RACY_SECONDS:
+            return None
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
     def _open_dir(self) -> int | None:
@@ -65,7 +77,7 @@ class ElfCache:
             return None
         try:
             # O_NONBLOCK: a FIFO planted here must not hang the hook (it is refused below).
-            fd = os.open(CACHE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            fd = os.open(self.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError:
             return None
         finally:
@@ -73,10 +85,10 @@ class ElfCache:
         try:
             st = os.fstat(fd)
             if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
-                    or st.st_size > MAX_BYTES):
+                    or st.st_size > self.max_bytes):
                 return None
             chunks, size = [], 0
-            while size <= MAX_BYTES:
+            while size <= self.max_bytes:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     break
@@ -88,24 +100,26 @@ class ElfCache:
         finally:
             os.close(fd)
 
-    def _load(self) -> dict[str, list]:
+    def _load(self) -> dict[str, object]:
         if self._entries is None:
             self._entries = {}
             raw = self._read()
-            if raw is not None and len(raw) <= MAX_BYTES:
+            if raw is not None and len(raw) <= self.max_bytes:
                 try:
                     data = json.loads(raw)
                 except (ValueError, RecursionError):
                     data = None
                 if isinstance(data, dict):
-                    self._entries = {k: v for k, v in data.items() if isinstance(v, list)}
+                    self._entries = data
         return self._entries
 
-    def get(self, key: str) -> list | None:
-        value = self._load().get(key)
-        return value if isinstance(value, list) else None
+    def get(self, key: str | None) -> object:
+        """The value stored for `key` (any JSON value; callers check its shape), or None."""
+        return None if key is None else self._load().get(key)
 
-    def put(self, key: str, value: list) -> None:
+    def put(self, key: str | None, value: object) -> None:
+        if key is None:
+            return
         self._load()[key] = value
         self._dirty = True
 
@@ -119,11 +133,28 @@ class ElfCache:
             if not self._trusted_dir():
                 return
             entries = {k: v for k, v in self._load().items() if os.path.lexists(k.rpartition("|")[0])}
-            if len(entries) > MAX_ENTRIES:
-                entries = dict(list(entries.items())[-MAX_ENTRIES:])
+            if len(entries) > self.max_entries:
+                entries = dict(list(entries.items())[-self.max_entries:])
             from nct.fileio import atomic_write
 
-            atomic_write(os.path.join(self.directory, CACHE_NAME),
+            atomic_write(os.path.join(self.directory, self.name),
                          json.dumps(entries, separators=(",", ":")).encode(), mode=0o600, keep_owner=False)
         except OSError:
             pass
+
+
+class ElfCache(HostCache):
+    """ELF check results of driver libraries (nct.driver.elf.read_elf_cached)."""
+
+    name = CACHE_NAME
+    max_entries = 512  # a node has a few hundred driver files at most
+    max_bytes = 4 << 20  # a full cache is ~100 KiB
+
+
+class SpecCache(HostCache):
+    """Parsed and strictly validated CDI spec files (nct.cdi.spec.load_spec). The name
+    carries a format version: a change in what the loader accepts must change it."""
+
+    name = "cdi-spec-cache-v1.json"
+    max_entries = 64  # spec dirs hold a handful of files
+    max_bytes = 32 << 20  # a 64-GPU spec is ~300 KiB of YAML, less as JSON
