@@ -39,11 +39,18 @@ def test_v1_rule_text():
 def test_bpf_prologue_shape():
     code = cg.rules_prologue([cg.DeviceRule("c", 195, 1), cg.DeviceRule("c", 195, -1, "r")])
     insns = [struct.unpack("<BBhi", code[i:i + 8]) for i in range(0, len(code), 8)]
-    assert len(insns) == 6 + 8 + 7
+    # 6 loads; per rule: (mov r6 = field, xor r6 ^= value, jne r6 != 0) per compared field,
+    # then the access check (3) and "return 1" (2)
+    assert len(insns) == 6 + (9 + 5) + (6 + 5)
+    assert insns[6:9] == [(0xBF, 3 << 4 | 6, 0, 0), (0xA7, 6, 0, 2), (0x55, 6, 11, 0)]  # type c
+    assert insns[9:15] == [(0xBF, 4 << 4 | 6, 0, 0), (0xA7, 6, 0, 195), (0x55, 6, 8, 0),
+                           (0xBF, 5 << 4 | 6, 0, 0), (0xA7, 6, 0, 1), (0x55, 6, 5, 0)]
+    assert insns[17] == (0x55, 0, 2, 0) and insns[18:20] == [(0xB7, 0, 0, 1), (0x95, 0, 0, 0)]
     # every conditional jump lands exactly on the start of the next rule block (or the tail)
-    assert insns[6] == (0x55, 3, 7, 2) and insns[7] == (0x55, 4, 6, 195) and insns[8] == (0x55, 5, 5, 1)
-    assert insns[12] == (0xB7, 0, 0, 1) and insns[13] == (0x95, 0, 0, 0)
-    assert insns[14] == (0x55, 3, 6, 2) and insns[18] == (0x55, 0, 2, 0)
+    targets = {i + 1 + off for i, (op, _, off, _) in enumerate(insns) if op == 0x55}
+    assert targets == {20, 31}
+    # the field registers (r3 type, r4 major, r5 minor) are never compared directly
+    assert all(regs & 0xF in (0, 6) for op, regs, _, _ in insns if op == 0x55)
 
 
 def _elf_with_note(desc: bytes) -> bytes:
