@@ -12,10 +12,11 @@ problem reading or writing it just means no cache.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
+
+from nct import jsonio
 
 CACHE_NAME = "elf-cache-v1.json"  # the ELF cache (ElfCache)
 RACY_SECONDS = 2.0
@@ -106,7 +107,7 @@ class HostCache:
             raw = self._read()
             if raw is not None and len(raw) <= self.max_bytes:
                 try:
-                    data = json.loads(raw)
+                    data = jsonio.loads(raw)
                 except (ValueError, RecursionError):
                     data = None
                 if isinstance(data, dict):
@@ -135,6 +136,8 @@ class HostCache:
             entries = {k: v for k, v in self._load().items() if os.path.lexists(k.rpartition("|")[0])}
             if len(entries) > self.max_entries:
                 entries = dict(list(entries.items())[-self.max_entries:])
+            import json
+
             from nct.fileio import atomic_write
 
             atomic_write(os.path.join(self.directory, self.name),

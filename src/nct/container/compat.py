@@ -4,18 +4,16 @@ onto image paths). The image's libcuda is hostile input: read with bounds, in-ro
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import stat
 import struct
 
+from nct import jsonio
 from nct.container.rootfs import Root
 from nct.errors import ContainerError
 
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 NOTE_SECTION = b".note.cuda.fwd_compatibility"
-_LIBCUDA = r"^libcuda\.so\.(\d+)\.(\d+)(?:\.(\d+))?$"  # compiled (and cached by re) on first use
 _MAX_ELF = 512 << 20
 
 
@@ -74,7 +72,7 @@ def read_fwd_note(fd: int) -> dict | None:
         desc_off = 12 + ((namesz + 3) & ~3)
         desc = data[desc_off:desc_off + descsz].rstrip(b"\0")
         try:
-            obj = json.loads(desc.decode())
+            obj = jsonio.loads(desc.decode())
         except (UnicodeDecodeError, ValueError):
             return None
         return obj if isinstance(obj, dict) else None
@@ -103,8 +101,8 @@ def compat_libcuda(root: Root, compat_dir: str) -> tuple[str, str] | None:
     """(container path, version) of the single regular libcuda.so.X.Y in the compat dir."""
     found = []
     for name in root.listdir(compat_dir):
-        m = re.match(_LIBCUDA, name)
-        if not m:
+        parts = name[len("libcuda.so."):].split(".") if name.startswith("libcuda.so.") else []
+        if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
             continue
         st = root.lstat(f"{compat_dir}/{name}")
         if st is not None and stat.S_ISREG(st.st_mode):

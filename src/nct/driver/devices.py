@@ -7,10 +7,10 @@ their majors cross-checked with /proc/devices where the kernel names them.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from nct.driver.model import DeviceNode
+from nct.driver.procfs import numbered
 from nct.driver.rootpath import host_path, resolve_in_root
 
 NVIDIA_MAJOR_DEFAULT = 195
@@ -74,8 +74,7 @@ def _numbered_nodes(dev_root: str, directory: str, prefix: str) -> list[DeviceNo
         names = os.listdir(host_path(dev_root, real))
     except OSError:
         return []
-    rx = re.compile(re.escape(prefix) + r"(\d+)$")
-    found = sorted((int(m.group(1)), n) for n in names if (m := rx.match(n)))
+    found = numbered(names, prefix)
     return [node for _, n in found if (node := stat_node(dev_root, f"{directory}/{n}")) is not None]
 
 
@@ -106,7 +105,8 @@ def drm_nodes(dev_root: str, bus_id: str, sys_root: str | None = None) -> list[D
     if not names and sys_root:
         drm = os.path.join(sys_root, "bus/pci/devices", short, "drm")
         try:
-            names = sorted(n for n in os.listdir(drm) if re.match(r"(card|renderD)\d+$", n))
+            entries = os.listdir(drm)
+            names = sorted(n for _, n in numbered(entries, "card") + numbered(entries, "renderD"))
         except OSError:
             names = []
     nodes = [stat_node(dev_root, f"{DRI_DIR}/{n}") for n in names]

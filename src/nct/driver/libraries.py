@@ -12,7 +12,6 @@ Rules (upstream's libnvidia-container, plus the toolkit's config/firmware lists)
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from nct.log import get_logger
@@ -134,7 +133,10 @@ def _dirs_of(files) -> list[str]:
     return dirs
 
 
-_EXTRA_VERSION = re.compile(r"^\d+(\.\d+)+$")
+def _dotted_version(s: str) -> bool:
+    """'1.2' / '1.2.3' ...: two or more dot-separated runs of ASCII digits."""
+    parts = s.split(".")
+    return len(parts) >= 2 and all(p.isascii() and p.isdigit() for p in parts)
 
 
 def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str | None = None,
@@ -156,8 +158,7 @@ def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str |
     for name in catalogue.GRAPHICS_EXTRA_LIBRARIES:
         f = None
         for real_dir, entries in listings:
-            hits = [e for e in entries if e.startswith(name + ".") and _EXTRA_VERSION.match(e[len(name) + 1:])
-                    and e[len(name) + 1:].count(".") >= 1]
+            hits = [e for e in entries if e.startswith(name + ".") and _dotted_version(e[len(name) + 1:])]
             for e in hits:
                 f = _make_lib(root, f"{real_dir}/{e}", name, "", compat32=False, machine=machine, versioned=False,
                               elf_cache=elf_cache)

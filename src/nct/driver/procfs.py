@@ -8,7 +8,6 @@ Garbage raises DiscoveryError naming the file and the line at fault.
 from __future__ import annotations
 
 import os
-import re
 from nct.errors import DiscoveryError
 from nct.record import Record
 
@@ -20,8 +19,7 @@ CAPABILITIES_DIR = "driver/nvidia/capabilities"
 MIG_MINORS_FILE = "driver/nvidia-caps/mig-minors"
 DEVICES_FILE = "devices"
 
-_VERSION_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)?)(?![\w.])")
-_BUS_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 class DriverVersion(Record):
@@ -76,13 +74,40 @@ def read_text(path: str) -> str:
         raise DiscoveryError(f"{path}: not a text file") from None
 
 
+def split_pci_address(value: str) -> tuple[int, int, int, int | None] | None:
+    """'DDDDDDDD:BB:DD.F' with 1-8, 1-2, 1-2 hex digits and an optional function 0-7 ->
+    (domain, bus, device, function or None); None when `value` is not such an address."""
+    head, dot, fn = value.partition(".")
+    parts = head.split(":")
+    if len(parts) != 3 or (dot and (len(fn) != 1 or fn not in "01234567")):
+        return None
+    for part, most in zip(parts, (8, 2, 2)):
+        if not 1 <= len(part) <= most or not set(part) <= _HEX:
+            return None
+    return int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), int(fn) if dot else None
+
+
 def normalise_bus_id(bus: str) -> str | None:
     """'0000:01:00.0' / '1:2:0.0' / '00000000:01:00.0' -> '00000000:01:00.0'; None if not one."""
-    m = _BUS_RE.match(bus.strip())
-    if not m:
+    pci = split_pci_address(bus.strip())
+    if pci is None or pci[3] is None:
         return None
-    dom, b, d, fn = m.groups()
-    return f"{int(dom, 16):08x}:{int(b, 16):02x}:{int(d, 16):02x}.{fn}"
+    return f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.{pci[3]}"
+
+
+def _driver_version(text: str) -> str | None:
+    """The first version number (N.N or N.N.N) standing alone in `text`: a maximal run of
+    word characters and dots that is made of digits and dots only."""
+    run = ""
+    for ch in text + " ":
+        if ch.isalnum() or ch in "._":
+            run += ch
+            continue
+        parts = run.split(".")
+        if 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts):
+            return run
+        run = ""
+    return None
 
 
 def short_bus_id(bus_id: str) -> str:
@@ -97,10 +122,10 @@ def parse_version(text: str, path: str = VERSION_FILE) -> DriverVersion:
         if not line.startswith("NVRM version:"):
             continue
         rest = line[len("NVRM version:"):]
-        m = _VERSION_RE.search(rest)
-        if not m:
+        version = _driver_version(rest)
+        if version is None:
             raise _fail(path, lineno, f"no driver version in {line.strip()!r}")
-        return DriverVersion(m.group(1), "Open Kernel Module" in rest, line.strip())
+        return DriverVersion(version, "Open Kernel Module" in rest, line.strip())
     raise _fail(path, None, "no 'NVRM version:' line")
 
 
@@ -221,7 +246,8 @@ class MigCaps(Record):
     ci_access: CapabilityFile
 
 
-def _numbered(entries: list[str], prefix: str) -> list[tuple[int, str]]:
+def numbered(entries: list[str], prefix: str) -> list[tuple[int, str]]:
+    """(number, name) of the entries named prefix + digits, in number order."""
     out = []
     for name in entries:
         if name.startswith(prefix) and name[len(prefix):].isdigit():
@@ -248,13 +274,13 @@ def scan_mig_caps(caps_dir: str, gpu_minor: int) -> list[MigCaps]:
     """Walk <caps_dir>/gpu<minor>/mig/gi*/ci*/access (capabilities tree of one GPU)."""
     mig_dir = os.path.join(caps_dir, f"gpu{gpu_minor}", "mig")
     found = []
-    for gi, gi_name in _numbered(_listdir(mig_dir), "gi"):
+    for gi, gi_name in numbered(_listdir(mig_dir), "gi"):
         gi_dir = os.path.join(mig_dir, gi_name)
         gi_access_path = os.path.join(gi_dir, "access")
         if not os.path.isfile(gi_access_path):
             continue
         gi_access = read_capability(gi_access_path)
-        for ci, ci_name in _numbered(_listdir(gi_dir), "ci"):
+        for ci, ci_name in numbered(_listdir(gi_dir), "ci"):
             ci_access_path = os.path.join(gi_dir, ci_name, "access")
             if not os.path.isfile(ci_access_path):
                 continue

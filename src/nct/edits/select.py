@@ -8,9 +8,9 @@ MIG device (MIG- UUID, `i:j`), which also selects its parent GPU. Anything else 
 
 from __future__ import annotations
 
-import re
 
 from nct.driver.model import Gpu, MigDevice, Node
+from nct.driver.procfs import split_pci_address
 from nct.errors import RequestError
 from nct.record import Record
 
@@ -19,8 +19,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
 # Compiled (and cached by re) on first use: `all` and plain indices need neither.
-_PCI = r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})(?:\.[0-7])?$"
-_MIG_INDEX = r"^([0-9]+):([0-9]+)$"
 
 
 class Selection(Record):
@@ -37,10 +35,10 @@ class Selection(Record):
 def normalise_bus_id(value: str) -> str | None:
     """"0:1:0.0" / "0000:01:00.0" -> "00000000:01:00.0" (function forced to 0, as upstream);
     None when `value` is not a PCI address with a domain."""
-    m = re.match(_PCI, value.strip())
-    if not m:
+    pci = split_pci_address(value.strip())
+    if pci is None:
         return None
-    return f"{int(m.group(1), 16):08x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.0"
+    return f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.0"
 
 
 def visible_gpus(node: Node) -> tuple[Gpu, ...]:
@@ -102,9 +100,9 @@ def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
             for m in g.migs:
                 if m.uuid and m.uuid.lower() == dev.lower():
                     return m
-    m = re.match(_MIG_INDEX, dev)
-    if m:
-        i, j = int(m.group(1)), int(m.group(2))
+    gi, colon, mi = dev.partition(":")
+    if colon and gi.isascii() and gi.isdigit() and mi.isascii() and mi.isdigit():
+        i, j = int(gi), int(mi)
         for g in gpus:
             if g.index == i:
                 for mig in g.migs:

@@ -12,9 +12,9 @@ Steps, as upstream's hook + nvidia-container-cli, in one process:
 
 from __future__ import annotations
 
-import json
 import os
 
+from nct import jsonio
 from nct.log import get_logger
 from nct.errors import SpecError
 
@@ -28,7 +28,7 @@ MODE_ERROR = ("invoking the NVIDIA Container Runtime Hook directly (e.g. specify
 def read_state(state_bytes: bytes) -> tuple[int, str]:
     """(pid, bundle dir) from the OCI state JSON."""
     try:
-        state = json.loads(state_bytes or b"")
+        state = jsonio.loads(state_bytes or b"")
     except ValueError as e:
         raise SpecError(f"invalid OCI state on stdin: {e}") from None
     if not isinstance(state, dict):
@@ -48,7 +48,7 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
-            spec = json.loads(f.read())
+            spec = jsonio.loads(f.read())
     except OSError as e:
         raise SpecError(f"{path}: {e.strerror}") from None
     except ValueError as e:

@@ -11,7 +11,7 @@ is no config file). `create` loads and validates the whole file with
 from __future__ import annotations
 
 from nct.config.paths import resolve_config_path
-from nct.config.tomlscan import first_unquoted
+from nct.config.tomlscan import first_unquoted, parse_value
 
 DEFAULT_RUNTIMES = ("runc", "crun")
 
@@ -88,13 +88,6 @@ _SECTION = "nvidia-container-runtime"
 _WANTED = ("runtimes", "debug", "log-level", "mode")
 
 
-def _simple_string(v: str) -> str | None:
-    """A one-line basic/literal string without escapes, else None."""
-    if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'" and "\\" not in v and v[0] not in v[1:-1]:
-        return v[1:-1]
-    return None
-
-
 def _strip_comment(line: str) -> str | None:
     """The line without a trailing comment; None when it holds escapes (leave to tomllib)."""
     if "#" not in line:
@@ -149,22 +142,10 @@ def scan_runtime_section(text: str) -> dict | None:
             continue
         if key in out:
             return None
-        if value.startswith("["):
-            if not value.endswith("]"):
-                return None
-            inner = value[1:-1].strip().rstrip(",").strip()
-            items = []
-            for part in (inner.split(",") if inner else []):
-                item = _simple_string(part.strip())
-                if item is None:
-                    return None
-                items.append(item)
-            out[key] = items
-        else:
-            item = _simple_string(value)
-            if item is None:
-                return None
-            out[key] = item
+        item = parse_value(value)
+        if not isinstance(item, (str, list)):  # anything else: tomllib and its errors
+            return None
+        out[key] = item
     return out
 
 

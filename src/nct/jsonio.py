@@ -1,0 +1,46 @@
+"""JSON reading for the start-up paths (prestart hook, runtime `create`) without `import
+json`, which pulls in `re` and `enum` (~6 ms per container together with the modules that
+needed `re`). The C scanner behind the json module (`_json.make_scanner`) parses exactly
+as `json.loads` does; anything it does not accept, and any input it cannot take (other
+encodings, a BOM), is handed to `json.loads`, which then gives the standard answer or the
+standard error. Writing stays with the json module (it is rare on these paths).
+"""
+
+from __future__ import annotations
+
+_WS = " \t\n\r"
+_scanner = None
+
+
+class _Context:
+    """What the C scanner reads from a JSONDecoder: json.loads' defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float  # "NaN", "Infinity", "-Infinity"
+    memo: dict = {}
+
+
+def loads(data: bytes | bytearray | str) -> object:
+    """json.loads(data), faster to start."""
+    global _scanner
+    try:
+        if _scanner is None:
+            import _json
+
+            _scanner = _json.make_scanner(_Context())
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        start = len(text) - len(text.lstrip(_WS))
+        value, end = _scanner(text, start)
+        if text[end:].strip(_WS):
+            raise ValueError("extra data")
+        return value
+    # SystemError: the C scanner reports a syntax error with json.decoder's exception class,
+    # and returns NULL without an exception when json.decoder is not imported yet
+    except (ImportError, AttributeError, ValueError, StopIteration, RecursionError, SystemError):
+        import json
+
+        return json.loads(data)

@@ -1,0 +1,52 @@
+"""nct.jsonio.loads answers exactly as json.loads, values and errors, in a fresh interpreter
+where json.decoder is not loaded (the hook's situation) and in one where it is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CASES = ['{}', '[]', ' {"a": [1, 2.5, -3e2, true, false, null, "x\\u00e9\\n"]} ', '"s"', '1', 'NaN',
+         '[Infinity, -Infinity]', '{"a":1}{', '{"a":1', '', ' ', '\ufeff{}', '{"a": "\x01"}', '[1,]',
+         '{"k": 1, "k": 2}', '123abc', '{"a": 01}', '{not json', '[' * 100000]
+
+PROBE = """
+import json, sys
+{pre}
+from nct import jsonio
+out = []
+for case in json.loads(sys.stdin.read()):
+    for data in (case, case.encode("utf-8"), case.encode("utf-16")):
+        try:
+            got = ("ok", repr(jsonio.loads(data)))
+        except Exception as e:
+            got = ("err", type(e).__name__, str(e))
+        out.append(got)
+print(json.dumps(out))
+"""
+
+
+def _expected() -> list:
+    out = []
+    for case in CASES:
+        for data in (case, case.encode("utf-8"), case.encode("utf-16")):
+            try:
+                out.append(["ok", repr(json.loads(data))])
+            except Exception as e:  # noqa: BLE001 - compared as they are
+                out.append(["err", type(e).__name__, str(e)])
+    return out
+
+
+@pytest.mark.parametrize("pre", ["", "import json.decoder"], ids=["fresh", "json-loaded"])
+def test_same_values_and_errors_as_json(pre):
+    code = PROBE.format(pre=pre)
+    if not pre:  # the probe reads its cases with json: forget it again before jsonio runs
+        code = code.replace("from nct import jsonio", "for m in [m for m in sys.modules if m.startswith('json')]:\n"
+                                                        "    del sys.modules[m]\nfrom nct import jsonio")
+    r = subprocess.run([sys.executable, "-c", code], input=json.dumps(CASES), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == _expected()
