@@ -48,6 +48,7 @@ def main() -> int:
             node = os.path.join(base, f"node{n}")
             subprocess.run([os.path.join(BIN, "nct"), "sim", "create", node, "--gpus", str(n)],
                            check=True, stdout=subprocess.DEVNULL)
+            time.sleep(2.5)  # past the host caches' "racily new" window (nct.hostcache), as on a node
             cfg = os.path.join(base, f"config{n}.toml")
             with open(cfg, "w") as f:
                 f.write(f'[nvidia-container-cli]\nroot = "{node}/root"\n'
