@@ -105,3 +105,23 @@ def test_note_decision():
     assert _note_decision(note, "560.40", None, "560.35.03") is False  # host newer
     assert _note_decision(note, None, "12.4", "560.35.03") is True     # only CUDA known
     assert _note_decision(note, None, "12.8", "560.35.03") is False
+
+
+def test_seccomp_filter_shape():
+    """Classic BPF: arch check (kill on another ABI), nr load, x32 range (x86_64), one
+    compare per denied syscall jumping to the EPERM return, allow otherwise."""
+    from nct.container import syscalls as sc
+
+    for arch, (audit, nrs) in sc._SECCOMP_DENY.items():
+        prog = sc.seccomp_deny_filter(arch)
+        insns = [struct.unpack("<HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+        assert insns[0] == (0x20, 0, 0, 4) and insns[1] == (0x15, 1, 0, audit)
+        assert insns[2] == (0x06, 0, 0, 0x80000000) and insns[3] == (0x20, 0, 0, 0)
+        deny = len(insns) - 1
+        assert insns[-2] == (0x06, 0, 0, 0x7FFF0000) and insns[deny] == (0x06, 0, 0, 0x50000 | 1)
+        jumps = [(i, ins) for i, ins in enumerate(insns) if ins[0] in (0x15, 0x35) and i > 1]
+        assert all(i + 1 + jt == deny and jf == 0 for i, (_, jt, jf, _) in jumps)
+        assert sorted(k for _, (op, _, _, k) in jumps if op == 0x15) == sorted(nrs)
+        assert len(set(nrs)) == len(nrs)
+        assert (arch == "x86_64") == any(op == 0x35 and k == 0x40000000 for _, (op, _, _, k) in jumps)
+    assert sc.seccomp_deny_filter("riscv64") is None

@@ -32,6 +32,8 @@ PROBE_C = r'''
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/socket.h>
 #include <linux/capability.h>
 
 static void try_read(FILE *out, const char *what, const char *path) {
@@ -68,6 +70,13 @@ int main(void) {
        signal check passes even with CAP_KILL dropped */
     fprintf(out, "pid %d\n", (int)getpid());
     fprintf(out, "killhost %s\n", kill(HOST_PID, 0) ? strerror(errno) : "ok");
+    /* seccomp: no sockets, no new processes, no user namespace (which needs no capability) */
+    int sk = socket(AF_UNIX, SOCK_STREAM, 0);
+    fprintf(out, "socket %s\n", sk < 0 ? strerror(errno) : "ok");
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    fprintf(out, "fork %s\n", child < 0 ? strerror(errno) : "ok");
+    fprintf(out, "userns %s\n", unshare(CLONE_NEWUSER) ? strerror(errno) : "ok");
     /* "shocker": the root directory of the filesystem the rootfs lives on (ext4 inode 2) */
     struct { struct file_handle h; unsigned char b[8]; } fh;
     unsigned int ino = 2, gen = 0;
@@ -148,6 +157,8 @@ def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, root
     # its own PID namespace: PID 1 there, and no host process can be named (let alone signalled)
     assert report["pid"] == "1", report
     assert report["killhost"] == "No such process", report
+    # its seccomp filter (syscalls.seccomp_deny): EPERM where a plain process would succeed
+    assert (report["socket"], report["fork"], report["userns"]) == ("Operation not permitted",) * 3, report
     assert "HOST-ONLY-SECRET" not in open(os.path.join(rootfs, "ldconfig.out")).read()
 
 

@@ -319,6 +319,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
             if os.fork() == 0:  # PID 1 of the new PID namespace: ldconfig
                 sc.prctl(sc.PR_SET_PDEATHSIG, 9)
+                sc.seccomp_deny()  # last: nothing below needs a denied call but execve
                 if exe_fd is not None:
                     os.execve(exe_fd, [argv0] + args, {})
                 os.execve(argv0, [argv0] + args, {})

@@ -215,6 +215,73 @@ def prctl(option: int, arg: int | bytes = 0) -> None:
         _raise(f"prctl {option}")
 
 
+# --- seccomp ------------------------------------------------------------------------------
+# Syscalls a process that only reads files and writes a cache never needs, by architecture
+# (AUDIT_ARCH value, numbers): sockets, other processes (fork/clone, ptrace,
+# process_vm_*), namespaces and mounts (old and new API), handles, kernel modules and kexec,
+# keys, BPF/perf/io_uring/userfaultfd, and host-wide state (clock, swap, reboot, acct).
+_SECCOMP_DENY = {
+    "x86_64": (0xC000003E, (
+        41, 53, 56, 57, 58, 435, 101, 310, 311, 165, 166, 155, 161, 272, 308, 428, 429, 430, 431, 432, 433, 442,
+        303, 304, 175, 313, 176, 246, 320, 248, 249, 250, 321, 298, 425, 426, 427, 323, 172, 173, 167, 168,
+        169, 164, 227, 163, 179, 300)),
+    "aarch64": (0xC00000B7, (
+        198, 199, 220, 435, 117, 270, 271, 40, 39, 41, 51, 97, 268, 428, 429, 430, 431, 432, 433, 442, 264,
+        265, 105, 273, 106, 104, 294, 217, 218, 219, 280, 241, 425, 426, 427, 282, 224, 225, 142, 170, 112,
+        89, 60, 262)),
+}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
+_RET_EPERM = 0x00050000 | _errno.EPERM
+_X32_BIT = 0x40000000
+
+
+def seccomp_deny_filter(arch: str = _ARCH) -> bytes | None:
+    """A classic-BPF seccomp program: EPERM for the _SECCOMP_DENY syscalls of `arch` (and
+    every x32 syscall on x86_64), the process killed when called through another ABI
+    (i386 numbers on x86_64), everything else allowed. None on an architecture without a
+    table."""
+    table = _SECCOMP_DENY.get(arch)
+    if table is None:
+        return None
+    audit_arch, nrs = table
+
+    def insn(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("<HBBI", code, jt, jf, k)
+
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    prog = [insn(ld_w_abs, 0, 0, 4),                  # seccomp_data.arch
+            insn(jeq_k, 1, 0, audit_arch),
+            insn(ret_k, 0, 0, _RET_KILL_PROCESS),
+            insn(ld_w_abs, 0, 0, 0)]                  # seccomp_data.nr
+    deny_at = 4 + (1 if arch == "x86_64" else 0) + len(nrs) + 1  # index of "return EPERM"
+    if arch == "x86_64":
+        prog.append(insn(jge_k, deny_at - len(prog) - 1, 0, _X32_BIT))
+    for nr in nrs:
+        prog.append(insn(jeq_k, deny_at - len(prog) - 1, 0, nr))
+    prog.append(insn(ret_k, 0, 0, _RET_ALLOW))
+    prog.append(insn(ret_k, 0, 0, _RET_EPERM))
+    assert len(prog) == deny_at + 1
+    return b"".join(prog)
+
+
+def seccomp_deny(arch: str = _ARCH) -> bool:
+    """Install seccomp_deny_filter() on the calling thread (inherited by execve and
+    children; needs no-new-privileges or CAP_SYS_ADMIN). False when `arch` has no table."""
+    prog = seccomp_deny_filter(arch)
+    if prog is None:
+        return False
+    buf = ctypes.create_string_buffer(prog, len(prog))
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        _raise("install seccomp filter")
+    return True
+
+
 def cap_last_cap() -> int:
     """The highest capability number the running kernel knows (what
     /proc/sys/kernel/cap_last_cap says), probed with PR_CAPBSET_READ: no path look-up."""
