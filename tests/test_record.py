@@ -166,3 +166,19 @@ def test_importing_records_pulls_in_no_typing_or_dataclasses():
     r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_frozen_below_mutable_is_frozen_and_mutable_defaults_are_refused():
+    class Base(Record, frozen=False):
+        x: int = 0
+
+    class Fixed(Base):
+        y: int = 1
+
+    f = Fixed()
+    with pytest.raises(AttributeError, match="immutable"):
+        f.x = 5
+    assert hash(f) == hash(Fixed())
+    with pytest.raises(TypeError, match="mutable default list"):
+        class Shared(Record):
+            items: list = []

@@ -39,11 +39,12 @@ class HostCache:
 
     @staticmethod
     def key(path: str, st: os.stat_result) -> str | None:
-        """The entry key of a file; None (do not cache) while it was modified very recently:
+        """The entry key of a file; None (do not cache) while it was modified or changed
+        (ctime: `cp -p` keeps an old mtime) very recently:
         file timestamps tick at the kernel's clock granularity, so a same-size rewrite in
         place moments after a read could otherwise keep its key ("racily clean", as git
         calls it)."""
-        if time.time() - st.st_mtime < RACY_SECONDS:
+        if time.time() - max(st.st_mtime, st.st_ctime) < RACY_SECONDS:
             return None
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 

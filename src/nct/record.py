@@ -86,6 +86,9 @@ class Record:
             if _is_classvar(annotation):
                 continue
             value = cls.__dict__.get(name, MISSING)
+            if isinstance(value, (list, dict, set)):
+                raise TypeError(f"{cls.__name__}.{name}: mutable default {type(value).__name__} is shared by "
+                                "every instance: use field(default_factory=...)")
             f = value if isinstance(value, Field) else Field(value)
             f.name, f.type = name, annotation if isinstance(annotation, str) else repr(annotation)
             if isinstance(value, Field):
@@ -118,6 +121,10 @@ class Record:
             cls.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
             cls.__delattr__ = object.__delattr__  # type: ignore[method-assign,assignment]
             cls.__hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dataclasses
+        else:  # also below a mutable base: a frozen record is frozen
+            for name in ("__setattr__", "__delattr__", "__hash__"):
+                if name not in cls.__dict__:
+                    setattr(cls, name, Record.__dict__[name])
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         cls = self.__class__

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import types
 
 import pytest
+
+from nct import hostcache
 
 from nct.cdi import spec as S
 from nct.cdi.registry import Registry
@@ -15,6 +19,14 @@ from nct.hostcache import SpecCache
 
 from .test_cdi_registry import node, write_spec
 
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch):
+    """Files made by a test are seconds old, and the caches skip files changed in the last
+    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
+    Tests of the racy window itself put the real clock back."""
+    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
 
 def _age(path: str, seconds: int = 60) -> None:
     t = os.stat(path).st_mtime - seconds
@@ -58,9 +70,10 @@ def test_second_registry_is_served_from_the_cache(tmp_path, cache_dir, monkeypat
 def test_racily_new_file_and_schema_checks_bypass_the_cache(tmp_path, cache_dir, monkeypatch):
     d = str(tmp_path / "cdi")
     write_spec(d, "nvidia.json", devices={"0": node(0)})  # just written: not cached
-    Registry([d])
+    with monkeypatch.context() as m:
+        m.setattr(hostcache, "time", time)  # the real clock
+        Registry([d])
     assert not (cache_dir / SpecCache.name).exists()
-    _age(os.path.join(d, "nvidia.json"))
     Registry([d])
     assert (cache_dir / SpecCache.name).exists()
     with monkeypatch.context() as m:

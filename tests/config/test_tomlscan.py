@@ -50,6 +50,7 @@ def test_subset_documents_equal_tomllib(text):
     "a.b = 1\n", '"q" = 1\n', "[[t]]\n", "a = 1\na = 2\n", "[t]\n[t]\n", "a = 1\n[a]\n", "a = [,]\n",
     "a = True\n", 'a = "x" y\n', "a =\n", "= 1\n", "\ufeffa = 1\n", "a = 1\rb = 2\n", "a = \"\x01\"\n",
     "# bad \x01 comment\n", '[t]\nk = 1\n[t.k]\n', "\x0ba = 1\n", 'a = ["x,y"]\n', "[]\n", "[a.]\n",
+    "a=1\r", "[a]\r", "# c\r", "\r",
 ])
 def test_outside_the_subset_is_declined(text):
     assert agree(text) is None

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import os
+import time
+import types
 import shutil
 import subprocess
 
 import pytest
+
+from nct import hostcache
 
 from nct.driver import elf
 from nct.hostcache import CACHE_NAME, ElfCache
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch):
+    """Files made by a test are seconds old, and the caches skip files changed in the last
+    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
+    Tests of the racy window itself put the real clock back."""
+    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
 
 def _lib(path, soname="libfoo.so.1"):
     src = path.with_suffix(".c")
@@ -33,7 +45,7 @@ def test_second_lookup_is_served_from_disk_and_changes_invalidate(tmp_path, monk
     assert oct(os.stat(cache_dir).st_mode & 0o777) == "0o700"
     assert (cache_dir / CACHE_NAME).exists()
 
-    def boom(path):
+    def boom(path, opened=None):
         raise AssertionError("pyelftools should not be needed on a hit")
 
     monkeypatch.setattr(elf, "read_elf", boom)
@@ -76,6 +88,7 @@ def test_world_writable_cache_dir_is_ignored(tmp_path):
 def test_racily_new_files_are_not_cached(tmp_path, monkeypatch):
     """A file modified within the last seconds could be rewritten in place, same size, with
     the same timestamps (they tick at the kernel clock's granularity): no entry for it."""
+    monkeypatch.setattr(hostcache, "time", time)  # the real clock
     lib = _lib(tmp_path / "libfoo.so.1.0")
     os.utime(lib)  # just modified
     c = ElfCache(str(tmp_path / "c"))

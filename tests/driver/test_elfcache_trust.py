@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import types
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+from nct import hostcache
+
 from nct.driver import elf
 from nct.hostcache import CACHE_NAME, ElfCache
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
+
+
+@pytest.fixture(autouse=True)
+def settled(monkeypatch):
+    """Files made by a test are seconds old, and the caches skip files changed in the last
+    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
+    Tests of the racy window itself put the real clock back."""
+    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
 
 def _lib(path, soname="libfoo.so.1"):
     src = path.with_suffix(".c")

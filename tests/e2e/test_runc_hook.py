@@ -187,7 +187,8 @@ def test_hook_start_up_imports(sim_node, rootfs, tmp_path):
     -X importtime, not with timings."""
     # Steady state, as on a node: driver files older than the ELF cache's "racily new"
     # window (nct.hostcache) and one container already started, so the cache holds them.
-    newest = max(p.stat().st_mtime for p in (sim_node.dir / "root").rglob("*.so*") if p.is_file())
+    newest = max(max(st.st_mtime, st.st_ctime) for p in (sim_node.dir / "root").rglob("*.so*")
+                 if p.is_file() and (st := p.stat()))
     time.sleep(max(0.0, RACY_SECONDS + 0.2 - (time.time() - newest)))
     warm = runc_run(sim_node, bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"]))
     assert warm.returncode == 0, warm.stderr.decode()

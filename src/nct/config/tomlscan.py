@@ -86,8 +86,8 @@ def _body(line: str) -> str | None:
 def parse_simple(text: str) -> dict | None:
     """The document as tomllib.loads(text) would return it, when `text` uses only the
     subset above; None otherwise."""
-    if "\\" in text or '"""' in text or "'''" in text or "\ufeff" in text:
-        return None
+    if "\\" in text or '"""' in text or "'''" in text or "\ufeff" in text or text.endswith("\r"):
+        return None  # (a CR is only valid before a LF)
     doc: dict = {}
     table = doc
     defined: set[tuple[str, ...]] = set()  # tables given a [header]

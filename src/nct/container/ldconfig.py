@@ -287,7 +287,10 @@ def _wait_status(status: int) -> int:
     """In the middle child: pass ldconfig's end on to our parent (a signal by dying of it)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP: cannot be handled; die of it anyway
+            pass
         os.kill(os.getpid(), sig)
         return 128 + sig
     return os.WEXITSTATUS(status)
@@ -317,12 +320,19 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            alive_r, alive_w = os.pipe2(os.O_CLOEXEC)  # closes when this process is gone
             if os.fork() == 0:  # PID 1 of the new PID namespace: ldconfig
+                os.close(alive_w)
                 sc.prctl(sc.PR_SET_PDEATHSIG, 9)
+                # the parent may have died before the prctl (getppid() is 0 in a new PID
+                # namespace): its end of the pipe is then closed, and nothing would stop us
+                if select.select([alive_r], [], [], 0)[0]:
+                    os._exit(code)
                 sc.seccomp_deny()  # last: nothing below needs a denied call but execve
                 if exe_fd is not None:
                     os.execve(exe_fd, [argv0] + args, {})
                 os.execve(argv0, [argv0] + args, {})
+            os.close(alive_r)
             os.close(0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(LDCONFIG_TIMEOUT)  # PID 1 would ignore SIGALRM: the timeout lives here

@@ -146,7 +146,7 @@ def imex_ids(channels) -> list[int]:
     for c in channels:
         c = str(c)
         c = c[len("channel"):] if c.startswith("channel") else c
-        if c.isascii() and c.isdigit() and int(c) <= IMEX_MAX_CHANNEL:
+        if c.isascii() and c.isdigit() and len(c) <= 9 and int(c) <= IMEX_MAX_CHANNEL:
             out.append(int(c))
     return list(dict.fromkeys(out))
 
@@ -555,7 +555,7 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     if status is None:
         try:
             os.kill(pid, 9)
-            os.waitpid(pid, os.WNOHANG)
+            os.waitpid(pid, 0)  # SIGKILL cannot be blocked: this returns
         except OSError:
             pass
         return -9, f"timed out after {timeout:g}s"

@@ -42,13 +42,14 @@ def native_machine() -> str:
     return os.uname().machine or "x86_64"
 
 
-def read_elf(path: str) -> ElfInfo:
-    """Header facts of an ELF file; raises NotElf with a short reason otherwise."""
+def read_elf(path: str, opened=None) -> ElfInfo:
+    """Header facts of an ELF file (`opened`: that file, already open in binary mode, and
+    closed here); raises NotElf with a short reason otherwise."""
     from elftools.common.exceptions import ELFError  # lazy: hot paths never import pyelftools
     from elftools.elf.elffile import ELFFile
 
     try:
-        with open(path, "rb") as f:
+        with (opened or open(path, "rb")) as f:
             if f.read(4) != b"\x7fELF":
                 raise NotElf("not an ELF file")
             f.seek(0)
@@ -80,21 +81,28 @@ def read_elf_cached(path: str, cache: "ElfCache | None") -> ElfInfo:
     if cache is None:
         return read_elf(path)
     try:
-        key = cache.key(path, os.stat(path))
+        f = open(path, "rb")  # the key is the identity of exactly the file that is read
     except OSError as e:
+        raise NotElf(f"unreadable: {e.strerror or e}") from None
+    try:
+        key = cache.key(path, os.fstat(f.fileno()))
+    except OSError as e:
+        f.close()
         raise NotElf(f"unreadable: {e.strerror or e}") from None
     hit = cache.get(key)
     # The cache is a file on disk: an entry of any other shape is a miss, never an error.
     if isinstance(hit, list) and len(hit) == 5:
         if hit[0] == "!":
             if isinstance(hit[1], str):
+                f.close()
                 raise NotElf(hit[1])
         elif (type(hit[0]) is int and hit[0] in (32, 64) and isinstance(hit[1], str)
               and (hit[2] is None or isinstance(hit[2], str)) and isinstance(hit[3], list)
               and all(isinstance(n, str) for n in hit[3]) and isinstance(hit[4], str)):
+            f.close()
             return ElfInfo(hit[0], hit[1], hit[2], tuple(hit[3]), hit[4])
     try:
-        info = read_elf(path)
+        info = read_elf(path, f)
     except NotElf as e:
         cache.put(key, ["!", str(e), None, [], ""])
         raise

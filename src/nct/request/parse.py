@@ -344,7 +344,7 @@ def imex_channels(env: dict[str, str], cfg: Config, privileged: bool, spec: dict
 
 def _imex_id(value: str) -> str:
     digits = value[len("channel"):] if value.startswith("channel") else value
-    if not digits.isdigit() or not digits.isascii() or int(digits) > MAX_IMEX_CHANNEL:
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 9 or int(digits) > MAX_IMEX_CHANNEL:
         raise RequestError(f"invalid IMEX channel: {value!r} (expected a number below {MAX_IMEX_CHANNEL + 1})")
     return str(int(digits))
 
