@@ -20,5 +20,18 @@ def venv_bin(name: str) -> str:
 
 
 @pytest.fixture
+def settled_caches(monkeypatch):
+    """Files made by a test are seconds old, and nct.hostcache skips files changed in the last
+    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
+    Tests of the racy window itself put the real clock back (hostcache.time = time)."""
+    import time
+    import types
+
+    from nct import hostcache
+
+    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
+
+
+@pytest.fixture
 def nct_bin():
     return venv_bin

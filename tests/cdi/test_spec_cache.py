@@ -7,26 +7,19 @@ from __future__ import annotations
 import json
 import os
 import time
-import types
 
 import pytest
 
-from nct import hostcache
 
 from nct.cdi import spec as S
+from nct import hostcache
 from nct.cdi.registry import Registry
 from nct.hostcache import SpecCache
 
 from .test_cdi_registry import node, write_spec
 
+pytestmark = pytest.mark.usefixtures("settled_caches")
 
-
-@pytest.fixture(autouse=True)
-def settled(monkeypatch):
-    """Files made by a test are seconds old, and the caches skip files changed in the last
-    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
-    Tests of the racy window itself put the real clock back."""
-    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
 
 def _age(path: str, seconds: int = 60) -> None:
     t = os.stat(path).st_mtime - seconds

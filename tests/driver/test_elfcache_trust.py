@@ -7,37 +7,22 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import types
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from nct import hostcache
-
 from nct.driver import elf
 from nct.hostcache import CACHE_NAME, ElfCache
+from treebuilder import link_lib
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = [pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc"),
+              pytest.mark.usefixtures("settled_caches")]
 
 
-
-@pytest.fixture(autouse=True)
-def settled(monkeypatch):
-    """Files made by a test are seconds old, and the caches skip files changed in the last
-    RACY_SECONDS (a ctime cannot be backdated): let the caches look from a minute later.
-    Tests of the racy window itself put the real clock back."""
-    monkeypatch.setattr(hostcache, "time", types.SimpleNamespace(time=lambda: time.time() + 60))
-
-def _lib(path, soname="libfoo.so.1"):
-    src = path.with_suffix(".c")
-    src.write_text("int foo(void) { return 1; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(path), str(src)], check=True)
-    old = os.stat(path).st_mtime - 60  # not "racily" new: the cache skips files modified seconds ago
-    os.utime(path, (old, old))
-    return str(path)
+def _lib(path, soname="libfoo.so.1") -> str:
+    return str(link_lib(path, soname))
 
 
 def _planted(tmp_path, entry) -> tuple[str, str]:
