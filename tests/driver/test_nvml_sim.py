@@ -98,3 +98,17 @@ def test_nvml_init_failure_is_reported_with_nvmls_own_words(make):
     node = discover_node(node_dir.roots())
     assert not node.nvml
     assert node.nvml_error == "nvmlInit_v2: Driver Not Loaded (9)"
+
+
+def test_runtime_create_asks_nvml_only_when_the_request_needs_it(sim, monkeypatch):
+    """The shim's create path (jit-cdi) loads NVML for MIG UUIDs and for MIG devices (their
+    profiles), never for GPUs named by index or by the UUID procfs gives."""
+    from nct.config.model import CliConfig, Config
+    from nct.request.model import ContainerRequest
+    from nct.runtime.create import Backend
+
+    monkeypatch.setenv("NCT_PROC_ROOT", os.path.join(sim.root, "proc"))
+    cfg = Config(nvidia_container_cli=CliConfig(root=sim.root))
+    for ids, asked in ((("0",), False), ((sim.gpus[0].uuid,), False), (("2:1",), True), ((sim.migs[0].uuid,), True)):
+        node = Backend().node(cfg, ContainerRequest(devices=ids))
+        assert (node.nvml, node.nvml_error) == ((True, None) if asked else (False, None)), ids
