@@ -236,8 +236,11 @@ def _nvml_facts(N: NvmlLib, out: dict) -> None:
     except NvmlCallError:
         pass
     for i in range(N.device_count()):
-        h = N.device_by_index(i)
-        g: dict = {"bus_id": N.bus_id(h)}
+        try:  # a GPU NVML cannot place is left out (procfs still has it)
+            h = N.device_by_index(i)
+            g: dict = {"bus_id": N.bus_id(h)}
+        except NvmlCallError:
+            continue
         _try(g, "uuid", N.uuid, h)
         _try(g, "name", N.name, h)
         _try(g, "minor", N.minor, h)
