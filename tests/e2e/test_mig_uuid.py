@@ -33,11 +33,13 @@ sys.exit({func}())
 @pytest.fixture(scope="module")
 def bindir(tmp_path_factory) -> Path:
     """nct's commands, each unable to import pynvml."""
-    from nct.engines.bundle import console_scripts
+    from importlib import metadata
 
     d = tmp_path_factory.mktemp("no-pynvml")
-    for name, target in console_scripts().items():
-        module, _, func = target.partition(":")
+    for ep in metadata.distribution("nct").entry_points:
+        if ep.group != "console_scripts":
+            continue
+        name, (module, _, func) = ep.name, ep.value.partition(":")
         (d / name).write_text(LAUNCHER.format(python=sys.executable, lib=str(Path(nct.__file__).parents[1]),
                                               purelib=sysconfig.get_paths()["purelib"], module=module, func=func))
         (d / name).chmod(0o755)
@@ -159,3 +161,18 @@ def test_cdi_generate_names_mig_devices_by_uuid(sim_node, bindir, strategies, na
     gpus = [g["uuid"] for g in sim_node.info["gpus"]]
     migs = [m["uuid"] for m in sim_node.gpu(2)["migs"]]
     assert [d["name"] for d in spec["devices"]] == names(gpus, migs)
+
+
+def test_cli_without_libnvidia_ml(sim_node, bindir):
+    """`list -d MIG-...` without the driver's NVML: upstream's error line plus the reason;
+    `info` falls back to Unknown / N/A."""
+    cli = bindir / "nvidia-container-cli"
+    uuid = sim_node.gpu(2)["migs"][0]["uuid"]
+    script = (f"rm /usr/lib/x86_64-linux-gnu/libnvidia-ml.so* && ldconfig && {cli} info --csv && "
+              f"{cli} list -d {uuid}")
+    res = sim_node.run(["sh", "-c", script], env=env_with(bindir))
+    assert res.returncode == 1
+    assert res.stderr.decode() == (f"nvidia-container-cli: device error: {uuid}: unknown device (MIG UUIDs come "
+                                   "from NVML, which is unavailable: the driver's libnvidia-ml.so.1 was not found)\n")
+    g = sim_node.gpu(0)
+    assert f"\n0,{g['minor']},{g['model']},Unknown,{g['uuid']},{g['bus_id']},N/A\n" in res.stdout.decode()
