@@ -186,12 +186,14 @@ def test_cuda_version_from_libcuda_without_nvml(fake_libs):
 
 def test_broken_libraries_give_no_facts(fake_libs, tmp_path):
     # a library that aborts when loaded only kills the forked child
-    assert nvml.query(str(fake_libs / "libcrash.so"), str(fake_libs / "libcrash.so")) == nvml.NvmlFacts()
+    crashed = nvml.query(str(fake_libs / "libcrash.so"), str(fake_libs / "libcrash.so"))
+    assert crashed == nvml.NvmlFacts(error="the NVML query in a child process crashed (signal 6)")
     # a file that is not a library: NVML missing, no facts, no exception
     junk = tmp_path / "libnvidia-ml.so.1"
     junk.write_text("junk")
     facts = nvml.query(str(junk), None)
     assert facts.gpus == () and not facts.nvml
+    assert facts.error == f"{junk}: file too short"  # dlopen's reason
 
 
 def test_drm_nodes_via_sysfs(make_tree):

@@ -193,14 +193,22 @@ def test_check_rootfs():
     (("0",), (), False, False),
     (("MIG-1234",), (), True, False),
     (("mig-1234",), (), True, False),
+    (("GPU-0000",), (), False, False),  # the GPU's UUID, which procfs knows
+    (("GPU-1234",), (), True, False),  # a UUID procfs does not know
     (("0",), ("cuda>=12.0",), False, True),
     (("0",), ("CUDA>=12.0 brand=tesla",), True, True),
     (("0",), ("driver>=500,arch>=8.0",), True, False),
     (("0",), ("garbage",), False, False),
 ])
 def test_needs(devices, reqs, nvml, cuda):
+    from nct.driver.model import DeviceNode, Gpu, Node
+
+    gpu = Gpu(index=0, minor=0, uuid="GPU-0000", model="m", bus_id="00000000:07:00.0", proc_dir="/p",
+              device=DeviceNode(path="/dev/nvidia0", host_path="/dev/nvidia0", major=195, minor=0))
+    node = Node(roots=core.Roots(), driver_version="550.54.15", cuda_version=None, gpus=(gpu,), control_devices=())
     req = ContainerRequest(devices=devices, requirements=reqs)
-    assert core.needs_nvml(req) is nvml
+    assert core.needs_nvml(req, node) is nvml
+    assert not core.needs_nvml(req, node.replace(nvml=True))  # asked already
     assert core.needs_cuda_version(req) is cuda
 
 

@@ -204,14 +204,13 @@ def format_info(node, csv_output: bool = False) -> str:
 
 def select_devices(node, ids: str | None):
     """Upstream's --device rules (nct.edits.select), with the CLI's error wording."""
-    from nct.edits.select import select_devices as _select
-    from nct.errors import RequestError
+    from nct.edits.select import UnknownDevice, select_devices as _select
 
     try:
         return _select(node, ids or "")
-    except RequestError as exc:
-        dev = str(exc).split(":", 1)[1].strip()
-        raise CliFailure(f"device error: {dev}: unknown device") from None
+    except UnknownDevice as exc:
+        why = f" ({exc.why})" if exc.why else ""
+        raise CliFailure(f"device error: {exc.device}: unknown device{why}") from None
 
 
 def _select_mig_mode(what: str, ids: str | None, visible) -> list | None:

@@ -184,33 +184,41 @@ def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use
     gpus = read_gpus(roots, majors)
     cache = load_ldcache(roots, ldcache)
     files = find_driver_files(roots, version.version, cache)
-    cuda_version = None
-    nvml_used = False
-    if use_nvml:
-        from nct.driver import nvml
-
-        ml = next((f.host_path for f in files if f.kind == "lib" and f.name == "libnvidia-ml.so"), None)
-        cu = next((f.host_path for f in files if f.kind == "lib" and f.name == "libcuda.so"), None)
-        facts = nvml.query(ml, cu, root=roots.driver)
-        cuda_version = facts.cuda_version
-        if facts.nvml:
-            nvml_used = True
-            if facts.driver_version and facts.driver_version != version.version:
-                log.debug("NVML driver %s differs from NVRM %s", facts.driver_version, version.version)
-            gpus = _apply_nvml(gpus, facts)
     lib_dirs = []
     for f in files:
         if f.kind == "lib" and f.name in _CATALOGUE_LIBS:
             d = os.path.dirname(f.host_path)
             if d not in lib_dirs:
                 lib_dirs.append(d)
-    return Node(
-        roots=roots, driver_version=version.version, cuda_version=cuda_version, gpus=tuple(gpus),
+    node = Node(
+        roots=roots, driver_version=version.version, cuda_version=None, gpus=tuple(gpus),
         control_devices=tuple(devs.control_devices(roots.dev)), majors=majors, files=tuple(files),
         imex_channels=tuple(devs.imex_channels(roots.dev)),
         mig_config=_mig_cap_paths(roots, "config", majors), mig_monitor=_mig_cap_paths(roots, "monitor", majors),
-        caps_devices=tuple(devs.caps_devices(roots.dev)), nvml=nvml_used, lib_dirs=tuple(lib_dirs),
+        caps_devices=tuple(devs.caps_devices(roots.dev)), lib_dirs=tuple(lib_dirs),
     )
+    return add_nvml_facts(node) if use_nvml else node
+
+
+def add_nvml_facts(node: Node) -> Node:
+    """`node` with what NVML knows and procfs does not (MIG UUIDs and profiles, brand,
+    compute capability, CUDA version), asked in a forked child through the driver's own
+    libnvidia-ml.so.1 (nct.driver.nvml). Without NVML: the node as it was, with the CUDA
+    version from libcuda when it answers, and `nvml_error` saying why."""
+    from nct.driver import nvml
+
+    if node.nvml or node.nvml_error is not None:  # asked already
+        return node
+    ml = next((f.host_path for f in node.files if f.kind == "lib" and f.name == "libnvidia-ml.so"), None)
+    cu = next((f.host_path for f in node.files if f.kind == "lib" and f.name == "libcuda.so"), None)
+    facts = nvml.query(ml, cu, root=node.roots.driver)
+    cuda_version = facts.cuda_version or node.cuda_version
+    if not facts.nvml:
+        return node.replace(cuda_version=cuda_version, nvml_error=facts.error or "NVML gave no answer")
+    if facts.driver_version and facts.driver_version != node.driver_version:
+        log.debug("NVML driver %s differs from NVRM %s", facts.driver_version, node.driver_version)
+    return node.replace(cuda_version=cuda_version, gpus=tuple(_apply_nvml(list(node.gpus), facts)), nvml=True,
+                        nvml_error=None)
 
 
 def _catalogue_libs() -> frozenset[str]:

@@ -119,6 +119,7 @@ class Node(Record):
     mig_monitor: tuple[str, ...] = ()
     caps_devices: tuple[DeviceNode, ...] = ()  # every /dev/nvidia-caps/nvidia-cap* node
     nvml: bool = False  # whether NVML added facts
+    nvml_error: str | None = None  # why it did not, when it was asked
     lib_dirs: tuple[str, ...] = ()  # host dirs holding the native driver libraries
 
     def files_of(self, kind: str, capabilities: "set[str] | None" = None) -> list[DriverFile]:

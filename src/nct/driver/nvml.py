@@ -3,7 +3,9 @@
 Like libnvidia-container's driver RPC helper, the query runs in a forked child: the
 discovered libnvidia-ml.so (inside the driver root) is loaded there, so a broken or
 hostile library can crash or hang only the child, several nodes can be queried from one
-process, and pynvml is never imported by the caller. Any failure means "no NVML facts".
+process, and the caller never loads NVML. NVML is reached through a small ctypes binding
+(NvmlLib) of the calls libnvidia-container makes, so every install has it: nothing to add
+but the driver's libnvidia-ml.so.1. Any failure means "no NVML facts" (and a reason).
 Without NVML the CUDA version comes from libcuda's cuDriverGetVersion (same child).
 """
 
@@ -55,6 +57,7 @@ class NvmlFacts(Record):
     cuda_version: str | None = None
     gpus: tuple[NvmlGpu, ...] = field(default_factory=tuple)
     nvml: bool = False  # NVML itself answered (not only libcuda)
+    error: str | None = None  # why NVML did not answer (shown when a MIG UUID is unknown)
 
 
 def cuda_version_string(v: int) -> str:
@@ -81,87 +84,215 @@ def _enter_root(root: str | None, paths: list[str | None]) -> list[str | None]:
     return [p[len(prefix):] if p and p.startswith(prefix + "/") else p for p in paths]
 
 
+# nvml.h: return codes and buffer sizes of the calls below.
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_DEVICE_MIG_ENABLE = 1
+_VERSION_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+_UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_NAME_BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
+
+
+class NvmlCallError(Exception):
+    """An NVML call returned something other than NVML_SUCCESS."""
+
+    def __init__(self, func: str, code: int, text: str):
+        super().__init__(f"{func}: {text} ({code})")
+        self.code = code
+
+
+class NvmlLib:
+    """The NVML calls nct makes, through ctypes, by the exported names nvml.h maps them to
+    (nvmlInit -> nvmlInit_v2, ...) and with nvml.h's argument types. A few dozen lines
+    instead of nvidia-ml-py: nothing to install, ~1.5 ms to import ctypes in the child
+    against ~20 ms for pynvml, and no reliance on a binding's private library handle.
+    Used only in the forked child of query()."""
+
+    def __init__(self, path: str):
+        import ctypes
+
+        self.c = ctypes
+        self.lib = ctypes.CDLL(path)  # OSError when missing or not loadable
+
+    def call(self, func: str, *args) -> None:
+        fn = getattr(self.lib, func, None)
+        if fn is None:
+            raise NvmlCallError(func, NVML_ERROR_FUNCTION_NOT_FOUND, "Function Not Found")
+        fn.restype = self.c.c_int
+        code = fn(*args)
+        if code != NVML_SUCCESS:
+            raise NvmlCallError(func, code, self.error_string(code))
+
+    def error_string(self, code: int) -> str:
+        fn = getattr(self.lib, "nvmlErrorString", None)
+        if fn is None:
+            return "error"
+        fn.restype = self.c.c_char_p
+        fn.argtypes = [self.c.c_int]
+        return _s(fn(code) or b"error")
+
+    def _text(self, func: str, size: int, *head) -> str:
+        buf = self.c.create_string_buffer(size)
+        self.call(func, *head, buf, self.c.c_uint(size))
+        return _s(buf.value)
+
+    def _uint(self, func: str, *head) -> int:
+        v = self.c.c_uint(0)
+        self.call(func, *head, self.c.byref(v))
+        return v.value
+
+    def _handle(self, func: str, *head):
+        h = self.c.c_void_p()
+        self.call(func, *head, self.c.byref(h))
+        return h
+
+    def init(self) -> None:
+        self.call("nvmlInit_v2")
+
+    def shutdown(self) -> None:
+        self.call("nvmlShutdown")
+
+    def driver_version(self) -> str:
+        return self._text("nvmlSystemGetDriverVersion", _VERSION_BUFFER)
+
+    def cuda_driver_version(self) -> int:
+        v = self.c.c_int(0)
+        self.call("nvmlSystemGetCudaDriverVersion", self.c.byref(v))
+        return v.value
+
+    def device_count(self) -> int:
+        return self._uint("nvmlDeviceGetCount_v2")
+
+    def device_by_index(self, i: int):
+        return self._handle("nvmlDeviceGetHandleByIndex_v2", self.c.c_uint(i))
+
+    def bus_id(self, h) -> str:
+        """As libnvidia-container formats it: from the numeric fields of nvmlPciInfo_t."""
+        c = self.c
+
+        class PciInfo(c.Structure):
+            _fields_ = [("busIdLegacy", c.c_char * 16), ("domain", c.c_uint), ("bus", c.c_uint),
+                        ("device", c.c_uint), ("pciDeviceId", c.c_uint), ("pciSubSystemId", c.c_uint),
+                        ("busId", c.c_char * 32)]
+
+        info = PciInfo()
+        self.call("nvmlDeviceGetPciInfo_v3", h, c.byref(info))
+        return f"{info.domain:08x}:{info.bus:02x}:{info.device:02x}.0"
+
+    def uuid(self, h) -> str:
+        return self._text("nvmlDeviceGetUUID", _UUID_BUFFER, h)
+
+    def name(self, h) -> str:
+        return self._text("nvmlDeviceGetName", _NAME_BUFFER, h)
+
+    def minor(self, h) -> int:
+        return self._uint("nvmlDeviceGetMinorNumber", h)
+
+    def brand(self, h) -> int:
+        v = self.c.c_int(0)  # nvmlBrandType_t
+        self.call("nvmlDeviceGetBrand", h, self.c.byref(v))
+        return v.value
+
+    def compute_capability(self, h) -> tuple[int, int]:
+        major, minor = self.c.c_int(0), self.c.c_int(0)
+        self.call("nvmlDeviceGetCudaComputeCapability", h, self.c.byref(major), self.c.byref(minor))
+        return major.value, minor.value
+
+    def mig_mode(self, h) -> tuple[int, int]:
+        current, pending = self.c.c_uint(0), self.c.c_uint(0)
+        self.call("nvmlDeviceGetMigMode", h, self.c.byref(current), self.c.byref(pending))
+        return current.value, pending.value
+
+    def max_mig_device_count(self, h) -> int:
+        return self._uint("nvmlDeviceGetMaxMigDeviceCount", h)
+
+    def mig_device(self, h, j: int):
+        return self._handle("nvmlDeviceGetMigDeviceHandleByIndex", h, self.c.c_uint(j))
+
+    def gpu_instance_id(self, h) -> int:
+        return self._uint("nvmlDeviceGetGpuInstanceId", h)
+
+    def compute_instance_id(self, h) -> int:
+        return self._uint("nvmlDeviceGetComputeInstanceId", h)
+
+
+def _try(out: dict, key: str, fn, *args) -> None:
+    """out[key] = fn(*args), unless the call fails (the fact is then unknown)."""
+    try:
+        out[key] = fn(*args)
+    except (NvmlCallError, ValueError, OSError):
+        pass
+
+
+def _nvml_facts(N: NvmlLib, out: dict) -> None:
+    """What libnvidia-container's driver RPC asks NVML, into `out` (partial on failure)."""
+    N.init()
+    out["nvml"] = True
+    _try(out, "driver_version", N.driver_version)
+    try:
+        out["cuda_version"] = cuda_version_string(N.cuda_driver_version())
+    except NvmlCallError:
+        pass
+    for i in range(N.device_count()):
+        try:  # a GPU NVML cannot place is left out (procfs still has it)
+            h = N.device_by_index(i)
+            g: dict = {"bus_id": N.bus_id(h)}
+        except NvmlCallError:
+            continue
+        _try(g, "uuid", N.uuid, h)
+        _try(g, "name", N.name, h)
+        _try(g, "minor", N.minor, h)
+        try:
+            b = N.brand(h)
+            g["brand"] = BRANDS[b] if 0 <= b < len(BRANDS) else "Unknown"
+        except NvmlCallError:
+            pass
+        try:
+            g["architecture"] = "%d.%d" % N.compute_capability(h)
+        except NvmlCallError:
+            pass
+        try:
+            current, pending = N.mig_mode(h)
+            g["mig_enabled"] = current == NVML_DEVICE_MIG_ENABLE and current == pending
+        except NvmlCallError as e:
+            if e.code in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                g["mig_enabled"] = False
+        migs = []
+        if g.get("mig_enabled"):
+            try:
+                count = N.max_mig_device_count(h)
+            except NvmlCallError:
+                count = 0
+            for j in range(count):
+                try:
+                    mh = N.mig_device(h, j)  # NOT_FOUND: an empty slot
+                    m: dict = {"index": j, "gi": N.gpu_instance_id(mh), "ci": N.compute_instance_id(mh)}
+                except NvmlCallError:
+                    continue
+                _try(m, "uuid", N.uuid, mh)
+                _try(m, "name", N.name, mh)
+                migs.append(m)
+        g["migs"] = migs
+        out["gpus"].append(g)
+    try:
+        N.shutdown()
+    except NvmlCallError:
+        pass
+
+
 def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = None) -> dict:
     """Runs in the forked child: everything here may fail; partial answers are kept."""
-    import ctypes
+    import ctypes  # before any chroot: the module lives on the host
 
-    try:
-        import pynvml as N  # before any chroot: the module lives on the host
-    except ImportError:
-        N = None
     nvml_lib, cuda_lib = _enter_root(root, [nvml_lib, cuda_lib])
     out: dict = {"gpus": []}
-    if nvml_lib and N is None:
-        out["nvml_error"] = "nvidia-ml-py (pynvml) is not installed"
-    elif nvml_lib:
+    if nvml_lib:
         try:
-            N.nvmlLib = ctypes.CDLL(nvml_lib)
-            N.nvmlInit()
-            out["nvml"] = True
-            try:
-                out["driver_version"] = _s(N.nvmlSystemGetDriverVersion())
-            except Exception:
-                pass
-            try:
-                out["cuda_version"] = cuda_version_string(N.nvmlSystemGetCudaDriverVersion())
-            except Exception:
-                pass
-            for i in range(N.nvmlDeviceGetCount()):
-                h = N.nvmlDeviceGetHandleByIndex(i)
-                g: dict = {"bus_id": _s(N.nvmlDeviceGetPciInfo(h).busId)}
-                for key, fn in (("uuid", N.nvmlDeviceGetUUID), ("name", N.nvmlDeviceGetName),
-                                ("minor", N.nvmlDeviceGetMinorNumber)):
-                    try:
-                        v = fn(h)
-                        g[key] = v if isinstance(v, int) else _s(v)
-                    except Exception:
-                        pass
-                try:
-                    b = N.nvmlDeviceGetBrand(h)
-                    g["brand"] = BRANDS[b] if 0 <= b < len(BRANDS) else "Unknown"
-                except Exception:
-                    pass
-                try:
-                    major, minor = N.nvmlDeviceGetCudaComputeCapability(h)
-                    g["architecture"] = f"{major}.{minor}"
-                except Exception:
-                    pass
-                try:
-                    current, _pending = N.nvmlDeviceGetMigMode(h)
-                    g["mig_enabled"] = current == 1
-                except Exception:
-                    pass
-                migs = []
-                if g.get("mig_enabled"):
-                    try:
-                        count = N.nvmlDeviceGetMaxMigDeviceCount(h)
-                    except Exception:
-                        count = 0
-                    for j in range(count):
-                        try:
-                            mh = N.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
-                        except Exception:
-                            continue
-                        m: dict = {"index": j}
-                        try:
-                            m["gi"] = N.nvmlDeviceGetGpuInstanceId(mh)
-                            m["ci"] = N.nvmlDeviceGetComputeInstanceId(mh)
-                        except Exception:
-                            continue
-                        for key, fn in (("uuid", N.nvmlDeviceGetUUID), ("name", N.nvmlDeviceGetName)):
-                            try:
-                                m[key] = _s(fn(mh))
-                            except Exception:
-                                pass
-                        migs.append(m)
-                g["migs"] = migs
-                out["gpus"].append(g)
-            try:
-                N.nvmlShutdown()
-            except Exception:
-                pass
-        except Exception as e:  # library missing, init failure, ABI mismatch...
-            out["nvml_error"] = f"{type(e).__name__}: {e}"
+            _nvml_facts(NvmlLib(nvml_lib), out)
+        except Exception as e:  # library missing or not loadable, init failure, ABI mismatch
+            out["nvml_error"] = str(e) if isinstance(e, (NvmlCallError, OSError)) else f"{type(e).__name__}: {e}"
     if "cuda_version" not in out and cuda_lib:
         try:
             lib = ctypes.CDLL(cuda_lib)
@@ -173,7 +304,8 @@ def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = 
     return out
 
 
-def _run_forked(fn, *args, timeout: float) -> dict | None:
+def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
+    """fn(*args) in a forked child, its JSON answer read back; (None, why) when it gives none."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -201,13 +333,14 @@ def _run_forked(fn, *args, timeout: float) -> dict | None:
             os._exit(code)
     os.close(w)
     chunks = []
+    why = ""
     deadline = time.monotonic() + timeout
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 os.kill(pid, signal.SIGKILL)
-                log.debug("NVML query timed out")
+                why = f"timed out after {timeout:g} s"
                 break
             ready, _, _ = select.select([r], [], [], left)
             if not ready:
@@ -218,11 +351,13 @@ def _run_forked(fn, *args, timeout: float) -> dict | None:
             chunks.append(chunk)
     finally:
         os.close(r)
-        os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
+    if not why and os.WIFSIGNALED(status):
+        why = f"crashed (signal {os.WTERMSIG(status)})"
     try:
-        return json.loads(b"".join(chunks)) if chunks else None
+        return (json.loads(b"".join(chunks)) if chunks else None), why or "gave no answer"
     except ValueError:
-        return None
+        return None, why or "gave a garbled answer"
 
 
 def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, root: str | None = None) -> NvmlFacts:
@@ -230,12 +365,14 @@ def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, roo
     driver `root` (containing both paths) the child chroots there first."""
     from nct.driver.procfs import normalise_bus_id
 
+    missing = None if nvml_lib else "the driver's libnvidia-ml.so.1 was not found"
     if not nvml_lib and not cuda_lib:
-        return NvmlFacts()
-    raw = _run_forked(_child_query, nvml_lib, cuda_lib, root, timeout=timeout)
+        return NvmlFacts(error=missing)
+    raw, why = _run_forked(_child_query, nvml_lib, cuda_lib, root, timeout=timeout)
     if raw is None:
-        log.debug("NVML/libcuda query gave no answer")
-        return NvmlFacts()
+        log.debug("NVML/libcuda query %s", why)
+        return NvmlFacts(error=missing or f"the NVML query in a child process {why}")
+    error = missing or raw.get("nvml_error")
     if "nvml_error" in raw:
         log.debug("NVML unavailable: %s", raw["nvml_error"])
     if "cuda_error" in raw:
@@ -253,4 +390,4 @@ def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, roo
                             architecture=g.get("architecture"), minor=g.get("minor"),
                             mig_enabled=g.get("mig_enabled"), migs=migs))
     return NvmlFacts(driver_version=raw.get("driver_version"), cuda_version=raw.get("cuda_version"),
-                     gpus=tuple(gpus), nvml=bool(raw.get("nvml")))
+                     gpus=tuple(gpus), nvml=bool(raw.get("nvml")), error=None if raw.get("nvml") else error)

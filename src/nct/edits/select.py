@@ -72,8 +72,47 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
             if parent not in picked_gpus:
                 picked_gpus.append(parent)
             continue
-        raise RequestError(f"unknown device: {dev}")
+        raise UnknownDevice(dev, _why_unknown(node, dev))
     return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
+
+
+class UnknownDevice(RequestError):
+    """`unknown device: ID`, with the reason when NVML, which alone knows MIG UUIDs, did not
+    answer; `device` and `why` let front ends word it their way."""
+
+    def __init__(self, device: str, why: str | None = None):
+        super().__init__(f"unknown device: {device}" + (f" ({why})" if why else ""))
+        self.device = device
+        self.why = why
+
+
+def _why_unknown(node: Node, dev: str) -> str | None:
+    if dev[:4].upper() != "MIG-" or node.nvml or node.nvml_error is None:
+        return None
+    return f"MIG UUIDs come from NVML, which is unavailable: {node.nvml_error}"
+
+
+def nvml_needed(node: Node, ids: Iterable[str] | str, *, mig_profiles: bool = False) -> bool:
+    """Whether resolving `ids` needs a fact only NVML has, so that NVML is asked only then:
+    a MIG- UUID (procfs has none) or a GPU- UUID no procfs GPU has; with `mig_profiles`
+    (spec edits, where a +gfx MIG profile brings DRM nodes) also any selected MIG device.
+    Never when NVML was asked already (answered, or `nvml_error` says why not)."""
+    if node.nvml or node.nvml_error is not None:
+        return False
+    if isinstance(ids, str):
+        ids = ids.split(",")
+    ids = [d.strip() for d in ids]
+    gpus = visible_gpus(node)
+    for dev in ids:
+        kind = dev[:4].upper()
+        if kind == "MIG-" or (kind == "GPU-" and _find_gpu(gpus, dev) is None):
+            return True
+    if mig_profiles:
+        try:
+            return bool(select_devices(node, ids).migs)
+        except RequestError:
+            return False
+    return False
 
 
 def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:

@@ -88,13 +88,15 @@ def init_driver(settings: Settings, request: ContainerRequest | None = None):
 
 # --- discovery, sized to the request ------------------------------------------------------------
 
-def needs_nvml(request: ContainerRequest) -> bool:
-    """NVML is needed for MIG UUIDs and for arch/brand conditions."""
+def needs_nvml(request: ContainerRequest, node: Node) -> bool:
+    """NVML is needed for MIG UUIDs (and GPU UUIDs procfs does not know) and for arch/brand
+    conditions."""
+    from nct.edits.select import nvml_needed
     from nct.request.requirements import mentioned_names
 
-    if any(d[:4].upper() == "MIG-" for d in request.devices):
-        return True
-    return bool(mentioned_names(request.requirements) & {"arch", "brand"})
+    if node.nvml or node.nvml_error is not None:
+        return False
+    return nvml_needed(node, request.devices) or bool(mentioned_names(request.requirements) & {"arch", "brand"})
 
 
 def needs_cuda_version(request: ContainerRequest) -> bool:
@@ -104,12 +106,15 @@ def needs_cuda_version(request: ContainerRequest) -> bool:
 
 
 def discover(request: ContainerRequest, settings: Settings) -> Node:
-    """discover_node() with NVML only when the request needs it; the CUDA version from
+    """discover_node(), then NVML only when the request needs it; the CUDA version from
     libcuda alone when only a `cuda` condition needs it."""
     from nct.driver.discover import discover_node
 
-    use_nvml = needs_nvml(request)
-    node = discover_node(settings.roots, ldcache=settings.ldcache, use_nvml=use_nvml)
+    node = discover_node(settings.roots, ldcache=settings.ldcache, use_nvml=False)
+    if needs_nvml(request, node):
+        from nct.driver.discover import add_nvml_facts
+
+        node = add_nvml_facts(node)
     if node.cuda_version is None and needs_cuda_version(request):
         from nct.driver import nvml
 

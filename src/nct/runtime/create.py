@@ -35,12 +35,20 @@ class Backend:
 
     _node = None
 
-    def node(self, cfg):
-        """The node's driver state, discovered once per create."""
+    def node(self, cfg, request=None):
+        """The node's driver state, discovered once per create; NVML is asked (in a child)
+        only when the requested devices need it (MIG UUIDs, MIG profiles)."""
         if self._node is None:
             from nct.driver.discover import discover_node, roots_from_config
 
-            self._node = discover_node(roots_from_config(cfg))
+            self._node = discover_node(roots_from_config(cfg), use_nvml=False)
+        if request is not None and not self._node.nvml:
+            from nct.edits.select import nvml_needed
+
+            if nvml_needed(self._node, request.devices, mig_profiles=True):
+                from nct.driver.discover import add_nvml_facts
+
+                self._node = add_nvml_facts(self._node)
         return self._node
 
     def jit_inject(self, spec: dict, cfg, request, hook_path: str, log) -> dict:
@@ -48,12 +56,12 @@ class Backend:
         (upstream's in-memory runtime.nvidia.com CDI spec)."""
         from nct.runtime import jit
 
-        return jit.jit_inject(spec, self.node(cfg), request, cfg, hook_path)
+        return jit.jit_inject(spec, self.node(cfg, request), request, cfg, hook_path)
 
     def graphics_inject(self, spec: dict, cfg, request, hook_path: str, log) -> dict:
         from nct.runtime import jit
 
-        return jit.graphics_inject(spec, self.node(cfg), request, cfg, hook_path)
+        return jit.graphics_inject(spec, self.node(cfg, request), request, cfg, hook_path)
 
     def gated_inject(self, spec: dict, cfg, request, hook_path: str, log) -> dict:
         from nct.runtime import jit
