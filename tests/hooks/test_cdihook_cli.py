@@ -164,18 +164,47 @@ def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, 
 
 
 # ---- enable-cuda-compat ---------------------------------------------------------------------
-def _compat_lib(rootfs: str, version: str, note: dict | None = None) -> None:
+CUDA_12_9_NOTE = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
+                  "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}  # the note of a CUDA 12.9 compat libcuda
+
+
+def _note_blob(desc: bytes) -> bytes:
+    """An ELF note as the compat libcuda carries it: owner "NVIDIA Corporation", JSON body."""
+    name = b"NVIDIA Corporation\0"
+    return (len(name).to_bytes(4, "little") + len(desc).to_bytes(4, "little") + (1).to_bytes(4, "little")
+            + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
+
+
+def _compat_lib(rootfs: str, version: str, note: dict | bytes | None = None, how: str = "section") -> None:
+    """A gcc-built compat libcuda; the note goes in through a .section in C ("section", also
+    "m32": a 32-bit i386 library, a foreign architecture here) or objcopy --add-section."""
     d = os.path.join(rootfs, "usr/local/cuda/compat")
     body = "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }"
+    blob = None
     if note is not None:
-        desc = json.dumps(note).encode() + b"\0"
-        name = b"NVIDIA Corporation\0"
-        blob = (len(name).to_bytes(4, "little") + len(desc).to_bytes(4, "little") + (1).to_bytes(4, "little")
-                + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
+        blob = _note_blob(note if isinstance(note, bytes) else json.dumps(note).encode() + b"\0")
+    if blob is not None and how in ("section", "m32"):
         arr = ",".join(str(b) for b in blob)
         body += ('\n__attribute__((used, section(".note.cuda.fwd_compatibility"), aligned(4))) '
                  f"static const unsigned char note[] = {{{arr}}};")
-    build_lib(d, f"libcuda.so.{version}", "libcuda.so.1", body)
+    if how == "m32":
+        os.makedirs(d, exist_ok=True)
+        src = os.path.join(d, ".c.c")
+        with open(src, "w") as f:
+            f.write(body + "\n")
+        subprocess.run(["gcc", "-m32", "-shared", "-fPIC", "-o", os.path.join(d, f"libcuda.so.{version}"), src],
+                       check=True)
+        os.unlink(src)
+    else:
+        build_lib(d, f"libcuda.so.{version}", "libcuda.so.1", body)
+    if blob is not None and how == "objcopy":
+        lib = os.path.join(d, f"libcuda.so.{version}")
+        with open(lib + ".note", "wb") as f:
+            f.write(blob)
+        subprocess.run(["objcopy", "--add-section", f".note.cuda.fwd_compatibility={lib}.note",
+                        "--set-section-flags", ".note.cuda.fwd_compatibility=alloc,readonly", lib],
+                       check=True, capture_output=True)
+        os.unlink(lib + ".note")
     os.symlink(f"libcuda.so.{version}", os.path.join(d, "libcuda.so.1"))
 
 
@@ -195,10 +224,40 @@ def test_enable_cuda_compat_by_major(rootfs, host, used):
 
 
 @needs_gcc
-@pytest.mark.parametrize("host,used", [("550.54.15", True), ("535.10.01", False), ("560.40.01", False)])
-def test_enable_cuda_compat_by_elf_note(rootfs, host, used):
-    """Note lists the driver majors the compat lib supports; it must also be newer."""
-    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.6", "Driver Versions": ["550", "560"]})
+@pytest.mark.parametrize("how", ["section", "objcopy", "m32"])
+@pytest.mark.parametrize("host,used", [
+    ("570.211.01", True),    # an older branch the note lists
+    ("535.54.03", True),
+    ("575.10.10", True),     # the compat lib's own branch, older build on the host
+    ("575.57.08", False),    # the same build
+    ("575.99.99", False),    # the same branch, newer on the host
+    ("590.44.01", False),    # a newer branch, not listed
+    ("545.23.08", False),    # an older branch the note does not list
+])
+def test_enable_cuda_compat_by_elf_note(rootfs, host, used, how):
+    """The note's `Driver` list holds the host branches the compat lib supports (upstream's
+    rule: the host's branch listed and the compat lib strictly newer), whatever the ELF class
+    or machine of the library and however the note got into it."""
+    if how == "m32" and subprocess.run(["gcc", "-m32", "-x", "c", "-c", "-o", "/dev/null", "/dev/null"],
+                                       capture_output=True).returncode:
+        pytest.skip("gcc -m32 (gcc-multilib) missing")
+    _compat_lib(rootfs, "575.57.08", CUDA_12_9_NOTE, how)
+    res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+@needs_gcc
+@pytest.mark.parametrize("note,host,used", [
+    (None, "570.211.01", True),                          # no note: majors, 575 > 570
+    (None, "575.10.10", False),                          # no note: same major
+    (b"{not json\0", "570.211.01", True),                # undecodable note: majors
+    (b"{not json\0", "590.44.01", False),
+    (b'{"Driver": ["570"]}\0', "570.211.01", True),      # strings where upstream wants numbers: majors
+    (b'{"Driver": ["570"]}\0', "575.10.10", False),
+])
+def test_enable_cuda_compat_without_a_usable_note(rootfs, note, host, used):
+    _compat_lib(rootfs, "575.57.08", note)
     res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
     assert res.returncode == 0, res.stderr
     assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])

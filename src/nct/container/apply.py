@@ -369,7 +369,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     for s in edits.symlinks:
         root.symlink(s.target, s.link)
     if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
-        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version)
+        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
+                             legacy=True)
     if run_ld:
         ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
                               no_pivot=options.no_pivot, ldconfig_fd=ld_fd)
