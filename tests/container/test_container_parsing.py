@@ -174,3 +174,13 @@ def test_seccomp_filter_shape():
         assert len(set(nrs)) == len(nrs)
         assert (arch == "x86_64") == any(op == 0x35 and k == 0x40000000 for _, (op, _, _, k) in jumps)
     assert sc.seccomp_deny_filter("riscv64") is None
+
+
+def test_legacy_params_copy_changes_the_first_match_only(tmp_path):
+    """libnvidia-container sets the digit of the first `ModifyDeviceFiles: 1` to 0, nothing else."""
+    from nct.container.apply import _proc_copies
+
+    d = tmp_path / "driver" / "nvidia"
+    d.mkdir(parents=True)
+    (d / "params").write_bytes(b"EnableMSI: 1\nModifyDeviceFiles: 1\nX: ModifyDeviceFiles: 1\n")
+    assert _proc_copies(str(tmp_path))["params"] == b"EnableMSI: 1\nModifyDeviceFiles: 0\nX: ModifyDeviceFiles: 1\n"

@@ -299,6 +299,33 @@ def test_disable_device_node_modification(tmp_path, rootfs, kernel):
     assert open(cparams).read().endswith("ModifyDeviceFiles: 1\n")  # image file itself untouched
 
 
+@needs_root
+@pytest.mark.parametrize("params,after", [
+    ("ModifyDeviceFiles: 11\n", None),                       # not exactly 1
+    ("  ModifyDeviceFiles: 1\n", None),                      # leading spaces
+    ("ModifyDeviceFiles: 1  \n", None),                      # trailing spaces
+    ("ModifyDeviceFiles: 0\nModifyDeviceFiles: 1\n", None),  # already 0: nothing to do
+    ("EnableMSI: 1\nModifyDeviceFiles: 1", "EnableMSI: 1\nModifyDeviceFiles: 0\n"),
+    ("ModifyDeviceFiles: 1\r\nX: ModifyDeviceFiles: 1\n", "ModifyDeviceFiles: 0\nX: ModifyDeviceFiles: 1\n"),
+])
+def test_disable_device_node_modification_exact_line(tmp_path, rootfs, params, after):
+    """Upstream rewrites only a line that is exactly `ModifyDeviceFiles: 1`; otherwise the
+    container's params file is left alone (no mount)."""
+    hostproc = tmp_path / "hostproc"
+    (hostproc / "driver/nvidia").mkdir(parents=True)
+    (hostproc / "driver/nvidia/params").write_bytes(params.encode())
+    cparams = os.path.join(rootfs, "proc/driver/nvidia/params")
+    os.makedirs(os.path.dirname(cparams))
+    with open(cparams, "w") as f:
+        f.write("image copy\n")
+    env = dict(CLEAN_ENV, NCT_PROC_ROOT=str(hostproc))
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"{HOOK} disable-device-node-modification && cat {cparams}"],
+                         input=json.dumps(state_for(rootfs)), capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (after if after is not None else "image copy\n")
+
+
 # ---- update-application-profile / chmod -------------------------------------------------------
 @needs_root
 def test_update_application_profile(rootfs):

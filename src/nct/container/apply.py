@@ -240,7 +240,8 @@ def _proc_copies(proc_root: str) -> dict[str, bytes]:
         except OSError:
             continue
         if name == "params":
-            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+            # libnvidia-container's rule: the first "ModifyDeviceFiles: 1" gets its digit set to 0
+            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0", 1)
         out[name] = data
     return out
 
