@@ -149,6 +149,23 @@ def test_update_ldcache_runs_chrooted_with_empty_env(tmp_path, rootfs):
 
 @needs_root
 @needs_gcc
+@pytest.mark.parametrize("configured,present", [
+    ("ldconfig.real", "ldconfig"),        # .real configured, missing: the plain one runs
+    ("ldconfig", "ldconfig.real"),        # plain configured, .real present: .real runs
+    ("ldconfig.real", "ldconfig.real"),
+])
+def test_update_ldcache_ldconfig_real_fallback(tmp_path, rootfs, configured, present):
+    d = tmp_path / "sbin"
+    d.mkdir()
+    os.rename(_env_dumper(tmp_path), d / present)
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", "--ldconfig-path", str(d / configured),
+               state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert open(os.path.join(rootfs, "ldconfig.out")).read().startswith("arg ")
+
+
+@needs_root
+@needs_gcc
 def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, victim):
     """/etc -> host dir and /etc/ld.so.cache -> host file: ldconfig writes inside the rootfs."""
     before = snapshot(victim)

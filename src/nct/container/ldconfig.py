@@ -46,10 +46,12 @@ _PT_INTERP = 3
 
 def host_ldconfig(spec: str) -> str | None:
     """Host path of the ldconfig to run for a config value; None = use the container's own.
-    "@/sbin/ldconfig" -> /sbin/ldconfig.real when it exists, else /sbin/ldconfig."""
+    Upstream's normalisation: "@/sbin/ldconfig" or "@/sbin/ldconfig.real" -> /sbin/ldconfig.real
+    when it exists, else /sbin/ldconfig (a configured .real that is missing falls back)."""
     if not spec.startswith("@"):
         return None
     path = spec[1:]
+    path = path[:-len(".real")] if path.endswith(".real") else path
     if os.path.exists(path + ".real"):
         return path + ".real"
     return path
