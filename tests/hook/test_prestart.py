@@ -117,6 +117,25 @@ def test_bad_config_file(tmp_path):
     assert res.returncode == 1 and "missing.toml" in res.stderr.decode()
 
 
+@pytest.mark.parametrize("value, ok", [
+    ("compute,bogus", False), ("compute,all", False), ("Compute", False),
+    ("all", True), (" compute , utility ,", True), ("", True),
+])
+def test_supported_driver_capabilities_checked(tmp_path, value, ok):
+    """Upstream's hook refuses a supported-driver-capabilities entry that is not a capability
+    name (`all` only as the whole value), for every container; nct says so in one line."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'disable-require = false\nsupported-driver-capabilities = "{value}"\n')
+    bundle = write_bundle(tmp_path, [])
+    res = run_hook(state(bundle), "-config", str(cfg), "prestart")
+    err = res.stderr.decode()
+    if ok:
+        assert res.returncode == 0, err
+        return
+    assert res.returncode == 1 and err.count("\n") == 1
+    assert f"{cfg}: line 2: supported-driver-capabilities: unknown capability" in err
+
+
 @pytest.mark.parametrize("args, rc", [(["poststart"], 0), (["poststop"], 0), ([], 2), (["bogus"], 2)])
 def test_commands(args, rc):
     assert run_hook("", *args).returncode == rc
