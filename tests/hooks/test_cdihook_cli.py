@@ -180,6 +180,123 @@ def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, 
     assert "libnvfake.so.1" in out
 
 
+# ---- update-ldcache: what the container's loader already knows ------------------------------
+def _ours(rootfs: str) -> list[str]:
+    """Dirs of the 00-nvcr-* file the hook wrote (the ones it took as new to the loader)."""
+    d = os.path.join(rootfs, "etc/ld.so.conf.d")
+    out = []
+    for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if n.startswith("00-nvcr-"):
+            out += open(os.path.join(d, n)).read().split()
+    return out
+
+
+def _write(rootfs: str, path: str, text: str) -> None:
+    p = os.path.join(rootfs, path.lstrip("/"))
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write(text)
+
+
+@needs_root
+@pytest.mark.parametrize("conf,files,ours", [
+    # a custom include: its dirs are known, so not listed again ahead of the image's order
+    ("include /opt/conf/*.conf\n", {"/opt/conf/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # relative include: relative to the including file's directory (/etc)
+    ("include custom.d/*.conf\n", {"/etc/custom.d/a.conf": "/opt/nv/lib/\n"}, ["/opt/new"]),
+    # nested includes
+    ("include /etc/a.conf\n", {"/etc/a.conf": "include /etc/b.conf\n/opt/nv/lib\n",
+                               "/etc/b.conf": "/opt/new\n"}, []),
+    # /etc/ld.so.conf.d is not read when ld.so.conf does not include it
+    ("/usr/local/lib\n", {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/nv/lib", "/opt/new"]),
+    # the usual layout
+    ("include /etc/ld.so.conf.d/*.conf\n", {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # no ld.so.conf: the one nct creates (include /etc/ld.so.conf.d/*.conf) counts
+    (None, {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # comments, hwcap lines and =TYPE suffixes as ldconfig reads them
+    ("# include /opt/conf/*.conf\nhwcap 0 nosegneg\n/opt/nv/lib=libc6\n", {"/opt/conf/x.conf": "/opt/new\n"},
+     ["/opt/new"]),
+])
+def test_update_ldcache_follows_ld_so_conf_includes(rootfs, conf, files, ours):
+    shutil.rmtree(os.path.join(rootfs, "etc/ld.so.conf.d"), ignore_errors=True)
+    if os.path.exists(os.path.join(rootfs, "etc/ld.so.conf")):
+        os.unlink(os.path.join(rootfs, "etc/ld.so.conf"))
+    if conf is not None:
+        _write(rootfs, "/etc/ld.so.conf", conf)
+    for path, text in files.items():
+        _write(rootfs, path, text)
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", "--folder", "/opt/new", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _ours(rootfs) == ours
+
+
+def _known_new(rootfs: str, folders: list[str]) -> list[str]:
+    """What prepare_conf (the hook's reading of the image's conf files) takes as new."""
+    from nct.container.ldconfig import prepare_conf
+    from nct.container.rootfs import Root
+
+    with Root(rootfs) as root:
+        return [d for path, data in prepare_conf(root, folders) if "/00-nvcr-" in path
+                for d in data.decode().split()]
+
+
+@needs_root
+def test_update_ldcache_includes_stay_in_root(rootfs, victim):
+    """An include that names host paths, or an absolute symlink to a host file, is resolved in
+    the root: the host's files never count (and the hook never writes there)."""
+    host_conf = os.path.join(victim, "nv.conf")
+    with open(host_conf, "w") as f:
+        f.write("/opt/nv/lib\n")
+    before = snapshot(victim)
+    _write(rootfs, "/etc/ld.so.conf", f"include /etc/hostile/*.conf\ninclude {victim}/*.conf\n")
+    os.makedirs(os.path.join(rootfs, "etc/hostile"))
+    os.symlink(host_conf, os.path.join(rootfs, "etc/hostile/link.conf"))
+    os.symlink("../../../../../../../" + host_conf, os.path.join(rootfs, "etc/hostile/up.conf"))
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _ours(rootfs) == ["/opt/nv/lib"]
+    assert snapshot(victim) == before
+
+
+@needs_root
+def test_ld_so_conf_include_fifo_device_and_cycles_never_block(rootfs):
+    """Our reading skips a FIFO or device node (never opened) and reads each file of an include
+    cycle once. (glibc's ldconfig itself loops on such a cycle: the hook's ldconfig timeout
+    catches that one.)"""
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/h/*.conf\n")
+    _write(rootfs, "/etc/h/a.conf", "include /etc/h/a.conf /etc/h/b.conf /etc/ld.so.conf\n/opt/a\n")
+    _write(rootfs, "/etc/h/b.conf", "include /etc/h/*\n/opt/b\n")
+    os.mkfifo(os.path.join(rootfs, "etc/h/fifo.conf"))
+    os.mknod(os.path.join(rootfs, "etc/h/tty.conf"), 0o600 | stat.S_IFCHR, os.makedev(5, 0))
+    assert _known_new(rootfs, ["/opt/a", "/opt/b", "/opt/c"]) == ["/opt/c"]
+
+
+@needs_root
+def test_ld_so_conf_include_bounds(rootfs):
+    """More included files than the bound, a chain deeper than the nesting bound, a pattern
+    over more names than the glob bound: reading stops, what is past it counts as new."""
+    from nct.container import ldconfig
+
+    d = os.path.join(rootfs, "etc/many")
+    os.makedirs(d)
+    n = ldconfig.MAX_CONF_FILES + 50
+    for i in range(n):
+        with open(os.path.join(d, f"{i:04}.conf"), "w") as f:
+            f.write(f"/opt/d{i}\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/many/*.conf\n")
+    new = _known_new(rootfs, ["/opt/d0", f"/opt/d{n - 1}"])
+    assert new == [f"/opt/d{n - 1}"]
+    chain = ldconfig.MAX_INCLUDE_DEPTH + 5
+    for i in range(chain):
+        _write(rootfs, f"/etc/chain/{i}.conf", f"include /etc/chain/{i + 1}.conf\n/opt/c{i}\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/chain/0.conf\n")
+    assert _known_new(rootfs, ["/opt/c1", f"/opt/c{chain - 1}"]) == [f"/opt/c{chain - 1}"]
+    for i in range(ldconfig.MAX_GLOB_NAMES + 10):
+        open(os.path.join(rootfs, f"etc/many/x{i}"), "w").close()
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/many/*.conf\n")
+    assert _known_new(rootfs, ["/opt/d0"]) == ["/opt/d0"]  # the whole pattern was past the bound
+
+
 # ---- enable-cuda-compat ---------------------------------------------------------------------
 CUDA_12_9_NOTE = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
                   "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}  # the note of a CUDA 12.9 compat libcuda

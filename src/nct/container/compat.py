@@ -9,8 +9,7 @@ import stat
 import struct
 
 from nct import jsonio
-from nct.container.rootfs import Root
-from nct.errors import ContainerError
+from nct.container.rootfs import Root, open_regular
 
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 NOTE_SECTION = b".note.cuda.fwd_compatibility"
@@ -189,13 +188,10 @@ def _compat_note(root: Root, path: str) -> dict | None:
     """The compat lib's note, read through the in-root resolution (regular file only, no
     blocking open); None when absent, unreadable or not decodable (upstream then falls back
     to comparing majors)."""
-    try:
-        fd = root.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (FileNotFoundError, ContainerError):
+    fd = open_regular(root, path)
+    if fd is None:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return read_fwd_note(fd)
     except (OSError, struct.error, BadNote):
         return None
