@@ -309,10 +309,11 @@ def _note_blob(desc: bytes) -> bytes:
             + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
 
 
-def _compat_lib(rootfs: str, version: str, note: dict | bytes | None = None, how: str = "section") -> None:
+def _compat_lib(rootfs: str, version: str, note: dict | bytes | None = None, how: str = "section",
+                relative: str = "usr/local/cuda/compat") -> None:
     """A gcc-built compat libcuda; the note goes in through a .section in C ("section", also
     "m32": a 32-bit i386 library, a foreign architecture here) or objcopy --add-section."""
-    d = os.path.join(rootfs, "usr/local/cuda/compat")
+    d = os.path.join(rootfs, relative)
     body = "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }"
     blob = None
     if note is not None:
@@ -395,6 +396,23 @@ def test_enable_cuda_compat_without_a_usable_note(rootfs, note, host, used):
     res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
     assert res.returncode == 0, res.stderr
     assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+@needs_gcc
+@pytest.mark.parametrize("link,real,written", [
+    ("/etc/alternatives/cuda", "etc/alternatives/cuda", "/etc/alternatives/cuda/compat"),
+    ("../../../../../../", "", "/compat"),  # ".." stops at the container root
+])
+def test_enable_cuda_compat_names_the_resolved_dir(rootfs, link, real, written):
+    """As upstream: the conf file names the compat dir as it resolves inside the root."""
+    cuda = os.path.join(rootfs, "usr/local/cuda")
+    os.makedirs(os.path.join(rootfs, real, "compat"), exist_ok=True)
+    os.makedirs(os.path.dirname(cuda), exist_ok=True)
+    _compat_lib(os.path.join(rootfs, real) if real else rootfs, "575.57.08", None, relative="compat")
+    os.symlink(link, cuda)
+    res = hook("enable-cuda-compat", "--host-driver-version=570.211.01", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == [written + "\n"]
 
 
 def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):

@@ -10,6 +10,7 @@ import struct
 
 from nct import jsonio
 from nct.container.rootfs import Root, open_regular
+from nct.errors import ContainerError
 
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 NOTE_SECTION = b".note.cuda.fwd_compatibility"
@@ -216,10 +217,16 @@ def wants_compat(root: Root, compat_dir: str, host_driver: str | None, host_cuda
 
 def enable_compat(root: Root, compat_dir: str, host_driver: str | None, host_cuda: str | None = None,
                   *, legacy: bool = False) -> str | None:
-    """Write /etc/ld.so.conf.d/00-compat-<id>.conf when the compat libs should be used.
+    """Write /etc/ld.so.conf.d/00-compat-<id>.conf when the compat libs should be used, naming
+    the compat dir as it resolves in the root (upstream writes the resolved directory: a
+    /usr/local/cuda -> /etc/alternatives/cuda link gives /etc/alternatives/cuda/compat).
     Returns the container path written, or None."""
     if not wants_compat(root, compat_dir, host_driver, host_cuda, legacy=legacy):
         return None
+    try:
+        resolved = root.resolve(compat_dir)
+    except (OSError, ContainerError):
+        return None
     path = f"/etc/ld.so.conf.d/00-compat-{os.urandom(16).hex()[:12]}.conf"
-    root.write_file(path, (compat_dir.rstrip("/") + "\n").encode(), 0o644)
+    root.write_file(path, (resolved.rstrip("/") + "\n").encode(), 0o644)
     return path
