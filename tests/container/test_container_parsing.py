@@ -115,6 +115,22 @@ def test_fwd_note_reader_bad_json(tmp_path, desc):
         os.close(fd)
 
 
+def test_fwd_note_json_as_go_decodes_it(tmp_path):
+    """Keys match fields ignoring case, the last one wins; null leaves a field empty."""
+    def note(desc: bytes) -> dict:
+        p = tmp_path / "lib"
+        p.write_bytes(_elf_with_note(desc))
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            return read_fwd_note(fd)
+        finally:
+            os.close(fd)
+
+    assert note(b'{"Driver": [570], "driver": [575]}')["driver"] == [575]
+    assert note(b'{"DRIVER": [570]}')["driver"] == [570]
+    assert note(b'{"Driver": null, "cuda version": "13.0"}') == {"cuda": "13.0", "driver": [], "device": []}
+
+
 NOTE_129 = {"cuda": "12.9", "driver": [535, 550, 560, 565, 570, 575], "device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
 
 

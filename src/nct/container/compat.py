@@ -51,16 +51,10 @@ class BadNote(ValueError):
     """The note is there but its JSON is not what upstream can decode."""
 
 
-def _json_field(obj: dict, name: str):
-    """Field `name` of a JSON object the way Go's decoder finds it: an exact key wins, else
-    the last key equal to it ignoring case."""
-    if name in obj:
-        return obj[name]
-    found = None
-    for k, v in obj.items():
-        if k.lower() == name.lower():
-            found = v
-    return found
+def _json_fields(obj: dict, name: str) -> list:
+    """Values of every key that Go's decoder maps onto field `name` (equal ignoring case), in
+    document order: each one is decoded (a wrong type anywhere is an error), the last wins."""
+    return [v for k, v in obj.items() if k.lower() == name.lower()]
 
 
 def decode_note(desc: bytes) -> dict:
@@ -73,19 +67,18 @@ def decode_note(desc: bytes) -> dict:
     if not isinstance(obj, dict):
         raise BadNote("not a JSON object")
     out: dict = {"cuda": "", "driver": [], "device": []}
-    cuda = _json_field(obj, "CUDA Version")
-    if cuda is not None:
-        if not isinstance(cuda, str):
+    for cuda in _json_fields(obj, "CUDA Version"):
+        if cuda is not None and not isinstance(cuda, str):
             raise BadNote("CUDA Version is not a string")
-        out["cuda"] = cuda
+        out["cuda"] = cuda or ""
     for key in ("driver", "device"):
-        vals = _json_field(obj, key)
-        if vals is None:
-            continue
-        # Go decodes into []int: JSON integers within int64 only ("570.0" or 2**63 fail)
-        if not isinstance(vals, list) or not all(type(x) is int and -(1 << 63) <= x < 1 << 63 for x in vals):
-            raise BadNote(f"{key} is not a list of integers")
-        out[key] = vals
+        for vals in _json_fields(obj, key):
+            # Go decodes into []int: JSON integers within int64 only ("570.0" or 2**63 fail);
+            # null leaves the field empty
+            if vals is not None and (not isinstance(vals, list) or not all(
+                    type(x) is int and -(1 << 63) <= x < 1 << 63 for x in vals)):
+                raise BadNote(f"{key} is not a list of integers")
+            out[key] = vals or []
     return out
 
 
