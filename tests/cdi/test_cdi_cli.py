@@ -57,7 +57,65 @@ def test_transform_root(tmp_path):
     r = CliRunner().invoke(cdi_group, ["transform", "root", "--from", "/run/nvidia/driver", "--to", "/",
                                        "--relative-to", "container"], input=json.dumps(src))
     assert r.exit_code == 0
-    assert json.loads(r.stdout) == src  # nothing under that root on the container side
+    out = json.loads(r.stdout)
+    assert out["containerEdits"]["hooks"][0]["args"][-1] == "/a::/b"  # createContainer args are container paths
+    out["containerEdits"]["hooks"][0]["args"][-1] = "/run/nvidia/driver/a::/run/nvidia/driver/b"
+    assert out == src  # nothing else under that root on the container side
+
+
+def _hooks_spec() -> dict:
+    return {"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu",
+            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/cr/dev/nvidia0"}]}}],
+            "containerEdits": {"hooks": [
+                {"hookName": "createContainer", "path": "/hr/usr/bin/nvidia-cdi-hook",
+                 "args": ["nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/cr/lib/libcuda.so",
+                          "--link", "/cr/a::/cr/b::c"]},
+                {"hookName": "createContainer", "path": "/hr/usr/bin/nvidia-cdi-hook",
+                 "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/cr/lib", "--folder", "/crx/lib"]},
+                {"hookName": "startContainer", "path": "/cr/bin/start", "args": ["start", "/cr/x"]},
+                {"hookName": "createRuntime", "path": "/hr/bin/rt", "args": ["rt", "/hr/y", "/hr/a::/hr/b"]},
+                {"hookName": "poststop", "path": "/cr/bin/stop"}]}}
+
+
+def test_transform_root_hooks_container(tmp_path, nct_bin):
+    """--relative-to container (upstream's rules, through the real nvidia-ctk): createContainer
+    and startContainer arguments are container paths (--link TARGET::LINK both sides, the
+    values after --folder), the startContainer path resolves in the container; host-side
+    hook paths and createRuntime arguments stay."""
+    inp = tmp_path / "in.json"
+    inp.write_text(json.dumps(_hooks_spec()))
+    res = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "transform", "root", "--from", "/cr", "--to", "/new",
+                          "--relative-to", "container", "--input", str(inp)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    hooks = out["containerEdits"]["hooks"]
+    assert hooks[0]["path"] == "/hr/usr/bin/nvidia-cdi-hook"
+    assert hooks[0]["args"] == ["nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/new/lib/libcuda.so",
+                                "--link", "/new/a::/new/b::c"]  # split at the first ::
+    assert hooks[1]["args"] == ["nvidia-cdi-hook", "update-ldcache", "--folder", "/new/lib", "--folder", "/crx/lib"]
+    assert hooks[2] == {"hookName": "startContainer", "path": "/new/bin/start", "args": ["start", "/new/x"]}
+    assert hooks[3]["args"] == ["rt", "/hr/y", "/hr/a::/hr/b"] and hooks[4]["path"] == "/cr/bin/stop"
+    assert out["devices"][0]["containerEdits"]["deviceNodes"][0] == {"path": "/new/dev/nvidia0"}
+
+
+def test_transform_root_hooks_host(tmp_path, nct_bin):
+    """--relative-to host: every hook path but startContainer's, arguments of hooks that run
+    in the host's namespaces only; a device node without hostPath gets one."""
+    spec = _hooks_spec()
+    spec["containerEdits"]["hooks"][2]["path"] = "/hr/bin/start"
+    inp = tmp_path / "in.json"
+    inp.write_text(json.dumps(spec))
+    res = subprocess.run([nct_bin("nvidia-ctk"), "cdi", "transform", "root", "--from", "/hr", "--to", "/",
+                          "--input", str(inp)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    hooks = out["containerEdits"]["hooks"]
+    assert [h["path"] for h in hooks] == ["/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-cdi-hook", "/hr/bin/start",
+                                          "/bin/rt", "/cr/bin/stop"]
+    assert hooks[0]["args"] == spec["containerEdits"]["hooks"][0]["args"]
+    assert hooks[3]["args"] == ["rt", "/y", "/a::/b"]
+    assert out["devices"][0]["containerEdits"]["deviceNodes"][0] == {"path": "/cr/dev/nvidia0",
+                                                                    "hostPath": "/cr/dev/nvidia0"}
 
 
 def test_transform_bad_input_is_one_line_error():

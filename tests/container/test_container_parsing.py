@@ -8,7 +8,9 @@ import os
 import struct
 
 from nct.container import cgroups as cg
-from nct.container.compat import _note_decision, read_fwd_note
+import pytest
+
+from nct.container.compat import BadNote, legacy_use_compat, parse_version, read_fwd_note, use_compat
 
 
 def _files(tmp_path, cgroup: str, mountinfo: str):
@@ -72,19 +74,19 @@ def _elf_with_note(desc: bytes) -> bytes:
 
 
 def test_fwd_note_reader(tmp_path):
-    p = tmp_path / "libcuda.so.560.35.03"
-    p.write_bytes(_elf_with_note(json.dumps({"CUDA Version": "12.6", "Driver Versions": ["550"]}).encode()))
+    p = tmp_path / "libcuda.so.575.57.08"
+    p.write_bytes(_elf_with_note(json.dumps({"Format": 1, "CUDA Version": "12.9", "Driver": [570, 575],
+                                             "Device": [1, 2, 7]}).encode()))
     fd = os.open(p, os.O_RDONLY)
     try:
-        assert read_fwd_note(fd) == {"CUDA Version": "12.6", "Driver Versions": ["550"]}
+        assert read_fwd_note(fd) == {"cuda": "12.9", "driver": [570, 575], "device": [1, 2, 7]}
     finally:
         os.close(fd)
 
 
 def test_fwd_note_reader_survives_garbage(tmp_path):
     good = _elf_with_note(b'{"CUDA Version": "12.6"}')
-    samples = [b"", b"\x7fELF", os.urandom(4096), good[:100], good[:64] + b"\xff" * 400,
-               good.replace(b"{", b"[", 1)]
+    samples = [b"", b"\x7fELF", os.urandom(4096), good[:100], good[:64] + b"\xff" * 400]
     bad_hdr = bytearray(good)
     struct.pack_into("<HHH", bad_hdr, 0x3A, 64, 60000, 59999)
     samples.append(bytes(bad_hdr))
@@ -98,13 +100,76 @@ def test_fwd_note_reader_survives_garbage(tmp_path):
             os.close(fd)
 
 
-def test_note_decision():
-    note = {"CUDA Version": "12.6", "Driver Versions": ["550", "560"]}
-    assert _note_decision(note, "550.54.15", None, "560.35.03") is True
-    assert _note_decision(note, "535.1", None, "560.35.03") is False   # major not supported
-    assert _note_decision(note, "560.40", None, "560.35.03") is False  # host newer
-    assert _note_decision(note, None, "12.4", "560.35.03") is True     # only CUDA known
-    assert _note_decision(note, None, "12.8", "560.35.03") is False
+@pytest.mark.parametrize("desc", [b"[1, 2]", b"{not json", b'{"Driver": ["570"]}', b'{"CUDA Version": 12.9}',
+                                  b'{"Device": 7}',
+                                  b'{"Driver": [570.0]}', b'{"Driver": [9223372036854775808]}'])
+def test_fwd_note_reader_bad_json(tmp_path, desc):
+    """What upstream's JSON decoder refuses is a bad note (the hook then compares majors)."""
+    p = tmp_path / "lib"
+    p.write_bytes(_elf_with_note(desc))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        with pytest.raises(BadNote):
+            read_fwd_note(fd)
+    finally:
+        os.close(fd)
+
+
+def test_fwd_note_json_as_go_decodes_it(tmp_path):
+    """Keys match fields ignoring case, the last one wins; null leaves a field empty."""
+    def note(desc: bytes) -> dict:
+        p = tmp_path / "lib"
+        p.write_bytes(_elf_with_note(desc))
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            return read_fwd_note(fd)
+        finally:
+            os.close(fd)
+
+    assert note(b'{"Driver": [570], "driver": [575]}')["driver"] == [575]
+    assert note(b'{"DRIVER": [570]}')["driver"] == [570]
+    assert note(b'{"Driver": null, "cuda version": "13.0"}') == {"cuda": "13.0", "driver": [], "device": []}
+
+
+NOTE_129 = {"cuda": "12.9", "driver": [535, 550, 560, 565, 570, 575], "device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+
+
+@pytest.mark.parametrize("compat,host_driver,host_cuda,used", [
+    # upstream's TestUseCompat table (cmd/nvidia-cdi-hook/cudacompat), as a table of our own
+    ("", "", "12.8", True),                          # no driver versions: CUDA 12.9 > 12.8
+    ("", "", "12.9", False),
+    ("", "", "12.10", False),
+    ("575.57.08", "590.44.01", "", False),          # host branch not in the note's list
+    ("575.57.08", "570.211.01", "", True),          # older supported branch
+    ("575.57.08", "575.10.10", "", True),           # same branch, compat newer
+    ("575.57.08", "575.57.08", "", False),          # same build
+    ("575.57.08", "575.99.99", "", False),          # same branch, host newer
+    ("575.57.08", "565.01.2", "", True),            # leading zeros are numbers
+    ("575.57.08", "1", "", False),                  # a branch not listed
+])
+def test_use_compat_with_note(compat, host_driver, host_cuda, used):
+    assert use_compat(NOTE_129, compat, host_driver or None, host_cuda or None) is used
+
+
+@pytest.mark.parametrize("compat,host,used", [
+    ("333.88.99", "222.55.66", True), ("111.88.99", "222.55.66", False), ("222.88.99", "222.55.66", False),
+    ("222.88.99", "99.55.66", True), ("222.88.99", "", False), ("222.88.99", "junk", False),
+])
+def test_use_compat_without_note_compares_majors(compat, host, used):
+    assert use_compat(None, compat, host or None, None) is used
+    assert legacy_use_compat(compat, host or None) is used
+
+
+def test_legacy_rule_ignores_the_note_branches():
+    """libnvidia-container reads no note: a newer build of the host's own branch is not used."""
+    assert legacy_use_compat("575.57.08", "575.10.10") is False
+    assert legacy_use_compat("575.57.08", "570.211.01") is True
+
+
+def test_parse_version():
+    assert parse_version("v1.02.3-rc1+b") == (1, 2, 3)
+    assert parse_version("1") == (1, 0, 0) and parse_version("12.9") == (12, 9, 0)
+    assert parse_version("1.2.3.4") is None and parse_version("a.b") is None and parse_version("") is None
 
 
 def test_seccomp_filter_shape():
@@ -125,3 +190,13 @@ def test_seccomp_filter_shape():
         assert len(set(nrs)) == len(nrs)
         assert (arch == "x86_64") == any(op == 0x35 and k == 0x40000000 for _, (op, _, _, k) in jumps)
     assert sc.seccomp_deny_filter("riscv64") is None
+
+
+def test_legacy_params_copy_changes_the_first_match_only(tmp_path):
+    """libnvidia-container sets the digit of the first `ModifyDeviceFiles: 1` to 0, nothing else."""
+    from nct.container.apply import _proc_copies
+
+    d = tmp_path / "driver" / "nvidia"
+    d.mkdir(parents=True)
+    (d / "params").write_bytes(b"EnableMSI: 1\nModifyDeviceFiles: 1\nX: ModifyDeviceFiles: 1\n")
+    assert _proc_copies(str(tmp_path))["params"] == b"EnableMSI: 1\nModifyDeviceFiles: 0\nX: ModifyDeviceFiles: 1\n"

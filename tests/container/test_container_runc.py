@@ -3,7 +3,9 @@ binds, symlinks, /proc/driver/nvidia view, isolated ldconfig."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import subprocess
 
 import pytest
@@ -180,3 +182,29 @@ def test_cuda_compat_and_mig_caps_under_proc_view(tmp_path, rootfs, host_gpu):
     assert "/usr/local/cuda/compat" in res.stdout
     cache = ld_cache_entries(rootfs)
     assert "libcuda.so.1 (libc6,x86-64) => /usr/local/cuda/compat/libcuda.so.1" in cache
+
+
+@needs_gcc
+@pytest.mark.parametrize("host,used", [("570.211.01", True), ("575.10.10", False)])
+def test_legacy_cuda_compat_rule_with_a_real_note(tmp_path, rootfs, host_gpu, host, used):
+    """The legacy hook decides as libnvidia-container: the compat lib's major above the host
+    driver's, whatever the note of a CUDA 12.9 compat libcuda says (its last list, `Device`,
+    is not a list of driver branches)."""
+    from realparts import build_lib
+
+    desc = json.dumps({"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
+                       "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}).encode() + b"\0"
+    name = b"NVIDIA Corporation\0"
+    blob = struct.pack("<III", len(name), len(desc), 1) + name + b"\0" * (-len(name) % 4) + desc
+    arr = ",".join(str(b) for b in blob + b"\0" * (-len(blob) % 4))
+    build_lib(os.path.join(rootfs, "usr/local/cuda/compat"), "libcuda.so.575.57.08", "libcuda.so.1",
+              "int f(void) { return 1; }\n__attribute__((used, section(\".note.cuda.fwd_compatibility\"), "
+              f"aligned(4))) static const unsigned char note[] = {{{arr}}};")
+    edits = dict(gpu_edits(host_gpu), cuda_compat_dir="/usr/local/cuda/compat")
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "cat /etc/ld.so.conf.d/00-compat-* 2>/dev/null; true"],
+                 hooks=helper_hook(write_edits(str(tmp_path / "e.json"), edits, {"driver_version": host})))
+    res = run_container(bundle)
+    assert res.returncode == 0, res.stderr
+    assert ("/usr/local/cuda/compat" in res.stdout) is used
+    assert ("libcuda.so.1 (libc6,x86-64) => /usr/local/cuda/compat/libcuda.so.1" in ld_cache_entries(rootfs)) is used

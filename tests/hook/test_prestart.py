@@ -67,6 +67,26 @@ def test_gpu_container_without_driver_fails_in_one_line(tmp_path):
     assert "NVIDIA driver not loaded" in err and str(empty) in err
 
 
+def test_old_docker_runc_spec_is_read(tmp_path):
+    """ociVersion 1.0.0-rc2-dev (old docker runc) with a flat capability list: the hook reads it
+    (and goes on to look for the driver) instead of refusing the spec."""
+    empty = tmp_path / "proc"
+    empty.mkdir()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n")
+    spec = {"ociVersion": "1.0.0-rc2-dev", "root": {"path": "rootfs"},
+            "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "args": ["true"],
+                        "capabilities": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}}
+    bundle = write_bundle(tmp_path, spec=spec)
+    res = run_hook(state(bundle), "-config", str(cfg), "prestart", env={"NCT_PROC_ROOT": str(empty)})
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "NVIDIA driver not loaded" in err, err  # privileged: GPUs wanted
+    spec["process"]["capabilities"] = ["CAP_CHOWN"]
+    bundle = write_bundle(tmp_path, spec=spec)
+    res = run_hook(state(bundle), "-config", str(cfg), "prestart", env={"NCT_PROC_ROOT": str(empty)})
+    assert res.returncode == 0, res.stderr  # unprivileged, env not accepted: nothing to do
+
+
 @pytest.mark.parametrize("stdin, message", [
     ("", "invalid OCI state on stdin"),
     ("{not json", "invalid OCI state on stdin"),
@@ -115,6 +135,25 @@ def test_bad_config_file(tmp_path):
     assert res.returncode == 1 and str(cfg) in res.stderr.decode()
     res = run_hook(state(bundle), "-config", str(tmp_path / "missing.toml"), "prestart")
     assert res.returncode == 1 and "missing.toml" in res.stderr.decode()
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("compute,bogus", False), ("compute,all", False), ("Compute", False),
+    ("all", True), (" compute , utility ,", True), ("", True),
+])
+def test_supported_driver_capabilities_checked(tmp_path, value, ok):
+    """Upstream's hook refuses a supported-driver-capabilities entry that is not a capability
+    name (`all` only as the whole value), for every container; nct says so in one line."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'disable-require = false\nsupported-driver-capabilities = "{value}"\n')
+    bundle = write_bundle(tmp_path, [])
+    res = run_hook(state(bundle), "-config", str(cfg), "prestart")
+    err = res.stderr.decode()
+    if ok:
+        assert res.returncode == 0, err
+        return
+    assert res.returncode == 1 and err.count("\n") == 1
+    assert f"{cfg}: line 2: supported-driver-capabilities: unknown capability" in err
 
 
 @pytest.mark.parametrize("args, rc", [(["poststart"], 0), (["poststop"], 0), ([], 2), (["bogus"], 2)])

@@ -149,6 +149,23 @@ def test_update_ldcache_runs_chrooted_with_empty_env(tmp_path, rootfs):
 
 @needs_root
 @needs_gcc
+@pytest.mark.parametrize("configured,present", [
+    ("ldconfig.real", "ldconfig"),        # .real configured, missing: the plain one runs
+    ("ldconfig", "ldconfig.real"),        # plain configured, .real present: .real runs
+    ("ldconfig.real", "ldconfig.real"),
+])
+def test_update_ldcache_ldconfig_real_fallback(tmp_path, rootfs, configured, present):
+    d = tmp_path / "sbin"
+    d.mkdir()
+    os.rename(_env_dumper(tmp_path), d / present)
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", "--ldconfig-path", str(d / configured),
+               state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert open(os.path.join(rootfs, "ldconfig.out")).read().startswith("arg ")
+
+
+@needs_root
+@needs_gcc
 def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, victim):
     """/etc -> host dir and /etc/ld.so.cache -> host file: ldconfig writes inside the rootfs."""
     before = snapshot(victim)
@@ -163,19 +180,166 @@ def test_update_ldcache_hostile_etc_symlink_never_writes_host(tmp_path, rootfs, 
     assert "libnvfake.so.1" in out
 
 
+# ---- update-ldcache: what the container's loader already knows ------------------------------
+def _ours(rootfs: str) -> list[str]:
+    """Dirs of the 00-nvcr-* file the hook wrote (the ones it took as new to the loader)."""
+    d = os.path.join(rootfs, "etc/ld.so.conf.d")
+    out = []
+    for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if n.startswith("00-nvcr-"):
+            out += open(os.path.join(d, n)).read().split()
+    return out
+
+
+def _write(rootfs: str, path: str, text: str) -> None:
+    p = os.path.join(rootfs, path.lstrip("/"))
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write(text)
+
+
+@needs_root
+@pytest.mark.parametrize("conf,files,ours", [
+    # a custom include: its dirs are known, so not listed again ahead of the image's order
+    ("include /opt/conf/*.conf\n", {"/opt/conf/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # relative include: relative to the including file's directory (/etc)
+    ("include custom.d/*.conf\n", {"/etc/custom.d/a.conf": "/opt/nv/lib/\n"}, ["/opt/new"]),
+    # nested includes
+    ("include /etc/a.conf\n", {"/etc/a.conf": "include /etc/b.conf\n/opt/nv/lib\n",
+                               "/etc/b.conf": "/opt/new\n"}, []),
+    # /etc/ld.so.conf.d is not read when ld.so.conf does not include it
+    ("/usr/local/lib\n", {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/nv/lib", "/opt/new"]),
+    # the usual layout
+    ("include /etc/ld.so.conf.d/*.conf\n", {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # no ld.so.conf: the one nct creates (include /etc/ld.so.conf.d/*.conf) counts
+    (None, {"/etc/ld.so.conf.d/nv.conf": "/opt/nv/lib\n"}, ["/opt/new"]),
+    # comments, hwcap lines and =TYPE suffixes as ldconfig reads them
+    ("# include /opt/conf/*.conf\nhwcap 0 nosegneg\n/opt/nv/lib=libc6\n", {"/opt/conf/x.conf": "/opt/new\n"},
+     ["/opt/new"]),
+])
+def test_update_ldcache_follows_ld_so_conf_includes(rootfs, conf, files, ours):
+    shutil.rmtree(os.path.join(rootfs, "etc/ld.so.conf.d"), ignore_errors=True)
+    if os.path.exists(os.path.join(rootfs, "etc/ld.so.conf")):
+        os.unlink(os.path.join(rootfs, "etc/ld.so.conf"))
+    if conf is not None:
+        _write(rootfs, "/etc/ld.so.conf", conf)
+    for path, text in files.items():
+        _write(rootfs, path, text)
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", "--folder", "/opt/new", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _ours(rootfs) == ours
+
+
+def _known_new(rootfs: str, folders: list[str]) -> list[str]:
+    """What prepare_conf (the hook's reading of the image's conf files) takes as new."""
+    from nct.container.ldconfig import prepare_conf
+    from nct.container.rootfs import Root
+
+    with Root(rootfs) as root:
+        return [d for path, data in prepare_conf(root, folders) if "/00-nvcr-" in path
+                for d in data.decode().split()]
+
+
+@needs_root
+def test_update_ldcache_includes_stay_in_root(rootfs, victim):
+    """An include that names host paths, or an absolute symlink to a host file, is resolved in
+    the root: the host's files never count (and the hook never writes there)."""
+    host_conf = os.path.join(victim, "nv.conf")
+    with open(host_conf, "w") as f:
+        f.write("/opt/nv/lib\n")
+    before = snapshot(victim)
+    _write(rootfs, "/etc/ld.so.conf", f"include /etc/hostile/*.conf\ninclude {victim}/*.conf\n")
+    os.makedirs(os.path.join(rootfs, "etc/hostile"))
+    os.symlink(host_conf, os.path.join(rootfs, "etc/hostile/link.conf"))
+    os.symlink("../../../../../../../" + host_conf, os.path.join(rootfs, "etc/hostile/up.conf"))
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _ours(rootfs) == ["/opt/nv/lib"]
+    assert snapshot(victim) == before
+
+
+@needs_root
+def test_ld_so_conf_include_fifo_device_and_cycles_never_block(rootfs):
+    """Our reading skips a FIFO or device node (never opened) and reads each file of an include
+    cycle once. (glibc's ldconfig itself loops on such a cycle: the hook's ldconfig timeout
+    catches that one.)"""
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/h/*.conf\n")
+    _write(rootfs, "/etc/h/a.conf", "include /etc/h/a.conf /etc/h/b.conf /etc/ld.so.conf\n/opt/a\n")
+    _write(rootfs, "/etc/h/b.conf", "include /etc/h/*\n/opt/b\n")
+    os.mkfifo(os.path.join(rootfs, "etc/h/fifo.conf"))
+    os.mknod(os.path.join(rootfs, "etc/h/tty.conf"), 0o600 | stat.S_IFCHR, os.makedev(5, 0))
+    assert _known_new(rootfs, ["/opt/a", "/opt/b", "/opt/c"]) == ["/opt/c"]
+
+
+@needs_root
+def test_ld_so_conf_include_bounds(rootfs):
+    """More included files than the bound, a chain deeper than the nesting bound, a pattern
+    over more names than the glob bound: reading stops, what is past it counts as new."""
+    from nct.container import ldconfig
+
+    d = os.path.join(rootfs, "etc/many")
+    os.makedirs(d)
+    n = ldconfig.MAX_CONF_FILES + 50
+    for i in range(n):
+        with open(os.path.join(d, f"{i:04}.conf"), "w") as f:
+            f.write(f"/opt/d{i}\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/many/*.conf\n")
+    new = _known_new(rootfs, ["/opt/d0", f"/opt/d{n - 1}"])
+    assert new == [f"/opt/d{n - 1}"]
+    chain = ldconfig.MAX_INCLUDE_DEPTH + 5
+    for i in range(chain):
+        _write(rootfs, f"/etc/chain/{i}.conf", f"include /etc/chain/{i + 1}.conf\n/opt/c{i}\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/chain/0.conf\n")
+    assert _known_new(rootfs, ["/opt/c1", f"/opt/c{chain - 1}"]) == [f"/opt/c{chain - 1}"]
+    for i in range(ldconfig.MAX_GLOB_NAMES + 10):
+        open(os.path.join(rootfs, f"etc/many/x{i}"), "w").close()
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/many/*.conf\n")
+    assert _known_new(rootfs, ["/opt/d0"]) == ["/opt/d0"]  # the whole pattern was past the bound
+
+
 # ---- enable-cuda-compat ---------------------------------------------------------------------
-def _compat_lib(rootfs: str, version: str, note: dict | None = None) -> None:
-    d = os.path.join(rootfs, "usr/local/cuda/compat")
+CUDA_12_9_NOTE = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
+                  "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}  # the note of a CUDA 12.9 compat libcuda
+
+
+def _note_blob(desc: bytes) -> bytes:
+    """An ELF note as the compat libcuda carries it: owner "NVIDIA Corporation", JSON body."""
+    name = b"NVIDIA Corporation\0"
+    return (len(name).to_bytes(4, "little") + len(desc).to_bytes(4, "little") + (1).to_bytes(4, "little")
+            + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
+
+
+def _compat_lib(rootfs: str, version: str, note: dict | bytes | None = None, how: str = "section",
+                relative: str = "usr/local/cuda/compat") -> None:
+    """A gcc-built compat libcuda; the note goes in through a .section in C ("section", also
+    "m32": a 32-bit i386 library, a foreign architecture here) or objcopy --add-section."""
+    d = os.path.join(rootfs, relative)
     body = "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }"
+    blob = None
     if note is not None:
-        desc = json.dumps(note).encode() + b"\0"
-        name = b"NVIDIA Corporation\0"
-        blob = (len(name).to_bytes(4, "little") + len(desc).to_bytes(4, "little") + (1).to_bytes(4, "little")
-                + name + b"\0" * (-len(name) % 4) + desc + b"\0" * (-len(desc) % 4))
+        blob = _note_blob(note if isinstance(note, bytes) else json.dumps(note).encode() + b"\0")
+    if blob is not None and how in ("section", "m32"):
         arr = ",".join(str(b) for b in blob)
         body += ('\n__attribute__((used, section(".note.cuda.fwd_compatibility"), aligned(4))) '
                  f"static const unsigned char note[] = {{{arr}}};")
-    build_lib(d, f"libcuda.so.{version}", "libcuda.so.1", body)
+    if how == "m32":
+        os.makedirs(d, exist_ok=True)
+        src = os.path.join(d, ".c.c")
+        with open(src, "w") as f:
+            f.write(body + "\n")
+        subprocess.run(["gcc", "-m32", "-shared", "-fPIC", "-o", os.path.join(d, f"libcuda.so.{version}"), src],
+                       check=True)
+        os.unlink(src)
+    else:
+        build_lib(d, f"libcuda.so.{version}", "libcuda.so.1", body)
+    if blob is not None and how == "objcopy":
+        lib = os.path.join(d, f"libcuda.so.{version}")
+        with open(lib + ".note", "wb") as f:
+            f.write(blob)
+        subprocess.run(["objcopy", "--add-section", f".note.cuda.fwd_compatibility={lib}.note",
+                        "--set-section-flags", ".note.cuda.fwd_compatibility=alloc,readonly", lib],
+                       check=True, capture_output=True)
+        os.unlink(lib + ".note")
     os.symlink(f"libcuda.so.{version}", os.path.join(d, "libcuda.so.1"))
 
 
@@ -195,13 +359,60 @@ def test_enable_cuda_compat_by_major(rootfs, host, used):
 
 
 @needs_gcc
-@pytest.mark.parametrize("host,used", [("550.54.15", True), ("535.10.01", False), ("560.40.01", False)])
-def test_enable_cuda_compat_by_elf_note(rootfs, host, used):
-    """Note lists the driver majors the compat lib supports; it must also be newer."""
-    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.6", "Driver Versions": ["550", "560"]})
+@pytest.mark.parametrize("how", ["section", "objcopy", "m32"])
+@pytest.mark.parametrize("host,used", [
+    ("570.211.01", True),    # an older branch the note lists
+    ("535.54.03", True),
+    ("575.10.10", True),     # the compat lib's own branch, older build on the host
+    ("575.57.08", False),    # the same build
+    ("575.99.99", False),    # the same branch, newer on the host
+    ("590.44.01", False),    # a newer branch, not listed
+    ("545.23.08", False),    # an older branch the note does not list
+])
+def test_enable_cuda_compat_by_elf_note(rootfs, host, used, how):
+    """The note's `Driver` list holds the host branches the compat lib supports (upstream's
+    rule: the host's branch listed and the compat lib strictly newer), whatever the ELF class
+    or machine of the library and however the note got into it."""
+    if how == "m32" and subprocess.run(["gcc", "-m32", "-x", "c", "-c", "-o", "/dev/null", "/dev/null"],
+                                       capture_output=True).returncode:
+        pytest.skip("gcc -m32 (gcc-multilib) missing")
+    _compat_lib(rootfs, "575.57.08", CUDA_12_9_NOTE, how)
     res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
     assert res.returncode == 0, res.stderr
     assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+@needs_gcc
+@pytest.mark.parametrize("note,host,used", [
+    (None, "570.211.01", True),                          # no note: majors, 575 > 570
+    (None, "575.10.10", False),                          # no note: same major
+    (b"{not json\0", "570.211.01", True),                # undecodable note: majors
+    (b"{not json\0", "590.44.01", False),
+    (b'{"Driver": ["570"]}\0', "570.211.01", True),      # strings where upstream wants numbers: majors
+    (b'{"Driver": ["570"]}\0', "575.10.10", False),
+])
+def test_enable_cuda_compat_without_a_usable_note(rootfs, note, host, used):
+    _compat_lib(rootfs, "575.57.08", note)
+    res = hook("enable-cuda-compat", f"--host-driver-version={host}", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == (["/usr/local/cuda/compat\n"] if used else [])
+
+
+@needs_gcc
+@pytest.mark.parametrize("link,real,written", [
+    ("/etc/alternatives/cuda", "etc/alternatives/cuda", "/etc/alternatives/cuda/compat"),
+    ("../../../../../../", "", "/compat"),  # ".." stops at the container root
+])
+def test_enable_cuda_compat_names_the_resolved_dir(rootfs, link, real, written):
+    """As upstream: the conf file names the compat dir as it resolves inside the root."""
+    cuda = os.path.join(rootfs, "usr/local/cuda")
+    os.makedirs(os.path.join(rootfs, real, "compat"), exist_ok=True)
+    os.makedirs(os.path.dirname(cuda), exist_ok=True)
+    _compat_lib(os.path.join(rootfs, real) if real else rootfs, "575.57.08", None, relative="compat")
+    os.symlink(link, cuda)
+    res = hook("enable-cuda-compat", "--host-driver-version=570.211.01", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _compat_conf(rootfs) == [written + "\n"]
 
 
 def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):
@@ -238,6 +449,33 @@ def test_disable_device_node_modification(tmp_path, rootfs, kernel):
     assert "ModifyDeviceFiles: 0" in res.stdout
     assert " ro," in res.stdout.splitlines()[-1] and "nodev" in res.stdout.splitlines()[-1]
     assert open(cparams).read().endswith("ModifyDeviceFiles: 1\n")  # image file itself untouched
+
+
+@needs_root
+@pytest.mark.parametrize("params,after", [
+    ("ModifyDeviceFiles: 11\n", None),                       # not exactly 1
+    ("  ModifyDeviceFiles: 1\n", None),                      # leading spaces
+    ("ModifyDeviceFiles: 1  \n", None),                      # trailing spaces
+    ("ModifyDeviceFiles: 0\nModifyDeviceFiles: 1\n", None),  # already 0: nothing to do
+    ("EnableMSI: 1\nModifyDeviceFiles: 1", "EnableMSI: 1\nModifyDeviceFiles: 0\n"),
+    ("ModifyDeviceFiles: 1\r\nX: ModifyDeviceFiles: 1\n", "ModifyDeviceFiles: 0\nX: ModifyDeviceFiles: 1\n"),
+])
+def test_disable_device_node_modification_exact_line(tmp_path, rootfs, params, after):
+    """Upstream rewrites only a line that is exactly `ModifyDeviceFiles: 1`; otherwise the
+    container's params file is left alone (no mount)."""
+    hostproc = tmp_path / "hostproc"
+    (hostproc / "driver/nvidia").mkdir(parents=True)
+    (hostproc / "driver/nvidia/params").write_bytes(params.encode())
+    cparams = os.path.join(rootfs, "proc/driver/nvidia/params")
+    os.makedirs(os.path.dirname(cparams))
+    with open(cparams, "w") as f:
+        f.write("image copy\n")
+    env = dict(CLEAN_ENV, NCT_PROC_ROOT=str(hostproc))
+    res = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"{HOOK} disable-device-node-modification && cat {cparams}"],
+                         input=json.dumps(state_for(rootfs)), capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (after if after is not None else "image copy\n")
 
 
 # ---- update-application-profile / chmod -------------------------------------------------------

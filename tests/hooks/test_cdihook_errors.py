@@ -76,16 +76,21 @@ def test_enable_cuda_compat_superscript_host_version(rootfs, host):
 
 
 @needs_gcc
-def test_enable_cuda_compat_superscript_in_elf_note(rootfs):
-    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.6", "Driver Versions": ["5²0", "550", "9" * 5000]})
+@pytest.mark.parametrize("note", [b'{"CUDA Version": "12.6", "Driver": ["5\xc2\xb20", 550]}\0',
+                                  b'{"CUDA Version": "12.6", "Driver": [550, ' + b"9" * 5000 + b"]}\0"])
+def test_enable_cuda_compat_undecodable_driver_list(rootfs, note):
+    """A branch list upstream's decoder refuses (a string, a number past int64) makes the
+    note unusable: the majors decide (560 > 550), no traceback."""
+    _compat_lib(rootfs, "560.35.03", note)
     res = hook("enable-cuda-compat", "--host-driver-version=550.54.15", state=state_for(rootfs))
     assert res.returncode == 0, res.stderr
-    assert _compat_conf(rootfs) == ["/usr/local/cuda/compat\n"]  # the valid major still counts
+    assert "Traceback" not in res.stderr
+    assert _compat_conf(rootfs) == ["/usr/local/cuda/compat\n"]
 
 
 @needs_gcc
 def test_enable_cuda_compat_superscript_cuda_version(rootfs):
-    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.²", "Driver Versions": ["550", "560"]})
+    _compat_lib(rootfs, "560.35.03", {"CUDA Version": "12.²", "Driver": [550, 560]})
     res = hook("enable-cuda-compat", "--host-cuda-version=12.4", state=state_for(rootfs))
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr

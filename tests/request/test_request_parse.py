@@ -11,7 +11,7 @@ from nct.config.model import (
 )
 from nct.driver.model import ALL_CAPABILITIES
 from nct.errors import RequestError
-from nct.request.parse import go_parse_bool, legacy_cuda_requirement, request_from_spec
+from nct.request.parse import go_parse_bool, go_semver_compare, legacy_cuda_requirement, request_from_spec
 
 DEFAULT = Config()
 ALL_CAPS = frozenset(ALL_CAPABILITIES)
@@ -99,8 +99,13 @@ def test_request_fields():
     (PRIV_CAPS, "1.2.0", False, ("0",)),
     ({"effective": ["CAP_SYS_ADMIN"]}, "1.2.0", False, None),  # only the bounding set counts
     (None, "1.2.0", False, None),
-    (["CAP_SYS_ADMIN"], "1.0.0-rc5", False, ("0",)),  # flat list of OCI 1.0.0-rc1..rc5
+    (["CAP_SYS_ADMIN"], "1.0.0-rc4", False, ("0",)),  # flat list of OCI 1.0.0-rc1 <= v < rc5
     (["CAP_CHOWN"], "1.0.0-rc1", False, None),
+    (["CAP_SYS_ADMIN"], "1.0.0-rc2-dev", False, ("0",)),  # old docker runc: compared as semver
+    (["CAP_CHOWN"], "1.0.0-rc2-dev", False, None),
+    (["CAP_SYS_ADMIN"], "1.0.0-rc1.dev", False, ("0",)),
+    (PRIV_CAPS, "1.0.0-rc5-dev", False, ("0",)),          # rc5-dev sorts after rc5: sets
+    (PRIV_CAPS, "1.0.0-rc2-dev", False, ("0",)),          # an object is read as sets whatever the version
 ])
 def test_privilege_rules(caps, version, accept, want, caplog):
     c = cfg(accept_nvidia_visible_devices_envvar_when_unprivileged=accept)
@@ -109,6 +114,25 @@ def test_privilege_rules(caps, version, accept, want, caplog):
     assert got == want
     if want is None:
         assert "unprivileged" in caplog.text
+
+
+@pytest.mark.parametrize("version", ["1.0.0-rc5", "1.0.0-rc5-dev", "1.0.0", "1.0.2", "1.0.0-rc", "", "junk"])
+def test_flat_capabilities_outside_rc1_to_rc5_is_an_error(version):
+    with pytest.raises(RequestError, match="process.capabilities must be an object"):
+        devices({"NVIDIA_VISIBLE_DEVICES": "0"}, cfg(accept_nvidia_visible_devices_envvar_when_unprivileged=False),
+                caps=["CAP_SYS_ADMIN"], version=version)
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ("1.0.0-rc2-dev", "1.0.0-rc1", 1), ("1.0.0-rc2-dev", "1.0.0-rc5", -1), ("1.0.0-rc10", "1.0.0-rc5", -1),
+    ("1.0.0-alpha", "1.0.0-alpha.1", -1), ("1.0.0-alpha.1", "1.0.0-alpha.beta", -1),
+    ("1.0.0-beta.2", "1.0.0-beta.11", -1), ("1.0.0-rc.1", "1.0.0", -1), ("1.2", "1.2.0", 0),
+    ("1", "1.0.0", 0), ("01.2.3", "1.0.0", -1), ("x", "y", 0), ("1.0.0+b", "1.0.0", 0),
+])
+def test_go_semver_compare(a, b, want):
+    """golang.org/x/mod/semver's order (invalid versions sort first, all equal)."""
+    assert go_semver_compare(a, b) == want
+    assert go_semver_compare(b, a) == -want
 
 
 def test_privileged_flag():

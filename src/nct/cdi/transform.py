@@ -29,33 +29,43 @@ def transform_path(path: str, from_root: str, to_root: str) -> str:
     return os.path.normpath(dst.rstrip("/") + "/" + rest.lstrip("/"))
 
 
+def _args(args: list, t) -> list:
+    """Hook arguments with their paths moved: a `TARGET::LINK` argument (create-symlinks'
+    --link) has both sides moved; flags such as `--link` or `--folder` start with no root and
+    stay as they are, the paths after them move."""
+    out = []
+    for a in args:
+        if isinstance(a, str) and "::" in a:
+            target, link = a.split("::", 1)
+            out.append(f"{t(target)}::{t(link)}")
+        else:
+            out.append(t(a) if isinstance(a, str) else a)
+    return out
+
+
 def _edits(e: dict, t, relative_to: str) -> None:
+    """Upstream's rules. host: device hostPaths (defaulting to the path), mount hostPaths, the
+    path of every hook but startContainer (which resolves in the container), and the arguments
+    of hooks that run in the host's namespaces (not createContainer/startContainer).
+    container: device paths, mount containerPaths, the path of startContainer hooks, and the
+    arguments of createContainer and startContainer hooks (container paths such as
+    create-symlinks' --link TARGET::LINK and update-ldcache's --folder)."""
+    host = relative_to == "host"
     for n in e.get("deviceNodes") or []:
-        if relative_to == "host":
-            host = n.get("hostPath") or n["path"]
-            new = t(host)
-            if new != host:
-                n["hostPath"] = new
+        if host:
+            n["hostPath"] = t(n.get("hostPath") or n["path"])
         else:
             n["path"] = t(n["path"])
     for m in e.get("mounts") or []:
-        key = "hostPath" if relative_to == "host" else "containerPath"
+        key = "hostPath" if host else "containerPath"
         m[key] = t(m[key])
-    if relative_to != "host":
-        return
     for h in e.get("hooks") or []:
-        # startContainer hooks run (and resolve their path) in the container.
-        if h.get("hookName") != "startContainer":
+        in_container = h.get("hookName") in ("createContainer", "startContainer")
+        start = h.get("hookName") == "startContainer"
+        if start != host:  # host: all but startContainer; container: startContainer only
             h["path"] = t(h["path"])
-        # createContainer/startContainer arguments are container paths: leave them.
-        if h.get("hookName") in ("createContainer", "startContainer"):
-            continue
-        args = []
-        for a in h.get("args") or []:
-            parts = a.split("::")
-            args.append("::".join(t(p) for p in parts) if len(parts) == 2 else t(a))
-        if "args" in h:
-            h["args"] = args
+        if in_container != host and h.get("args"):
+            h["args"] = _args(h["args"], t)
 
 
 def transform_root(spec: dict, from_root: str, to_root: str, relative_to: str = "host") -> dict:

@@ -216,6 +216,30 @@ def _validate(ctx: _Ctx, cfg: model.Config) -> None:
         )
 
 
+def check_supported_capabilities(cfg: model.Config) -> None:
+    """The prestart hook's check (upstream's hook refuses to start): supported-driver-capabilities
+    is `all` or a comma list of known capability names. Other commands accept any value."""
+    value = cfg.supported_driver_capabilities
+    if value == "all":
+        return
+    from nct.driver.model import ALL_CAPABILITIES
+
+    unknown = [c for c in (p.strip() for p in value.split(",")) if c and c not in ALL_CAPABILITIES]
+    if not unknown:
+        return
+    text = None
+    if cfg.source_path:
+        try:
+            with open(cfg.source_path, encoding="utf-8", errors="replace") as f:
+                text = f.read(1 << 20)
+        except OSError:
+            pass
+    raise _Ctx(cfg.source_path, text).error(
+        "supported-driver-capabilities",
+        f"unknown capability {', '.join(_show(c) for c in unknown)} "
+        f"(use 'all' or a comma list of: {','.join(sorted(ALL_CAPABILITIES))})")
+
+
 # ---------------------------------------------------------------------------------------
 # key -> line number
 

@@ -240,7 +240,8 @@ def _proc_copies(proc_root: str) -> dict[str, bytes]:
         except OSError:
             continue
         if name == "params":
-            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+            # libnvidia-container's rule: the first "ModifyDeviceFiles: 1" gets its digit set to 0
+            data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0", 1)
         out[name] = data
     return out
 
@@ -369,7 +370,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     for s in edits.symlinks:
         root.symlink(s.target, s.link)
     if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
-        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version)
+        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
+                             legacy=True)
     if run_ld:
         ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
                               no_pivot=options.no_pivot, ldconfig_fd=ld_fd)

@@ -79,6 +79,25 @@ def chmod_paths(root: Root, mode: int, paths: list[str]) -> None:
             continue
 
 
+def params_without_modify(data: bytes) -> bytes | None:
+    """The params file with `ModifyDeviceFiles: 1` made 0, as upstream's hook rewrites it: line
+    by line (newline-terminated, a CR before it dropped), only a line that is exactly that
+    (not `ModifyDeviceFiles: 11`, nor one with extra spaces); a line exactly
+    `ModifyDeviceFiles: 0` means nothing to do. None when nothing changes."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out, changed = [], False
+    for line in lines:
+        line = line[:-1] if line.endswith(b"\r") else line
+        if line == b"ModifyDeviceFiles: 0":
+            return None
+        if line == b"ModifyDeviceFiles: 1":
+            line, changed = b"ModifyDeviceFiles: 0", True
+        out.append(line + b"\n")
+    return b"".join(out) if changed else None
+
+
 def disable_device_node_modification(root: Root, host_params: str = "/proc/driver/nvidia/params") -> bool:
     """Show the container a copy of the driver params with ModifyDeviceFiles: 0 (so CUDA in
     the container never tries to create device nodes). No-op unless the host says 1."""
@@ -87,14 +106,14 @@ def disable_device_node_modification(root: Root, host_params: str = "/proc/drive
             data = f.read(1 << 20)
     except OSError:
         return False
-    if b"ModifyDeviceFiles: 1" not in data:
+    data = params_without_modify(data)
+    if data is None:
         return False
     try:
         target = root.open("/proc/driver/nvidia/params", os.O_PATH)
     except FileNotFoundError:
         return False
     try:
-        data = data.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
         if not sc.new_mount_api():
             _params_copy_mount2(root, target, data)
             return True

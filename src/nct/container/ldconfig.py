@@ -27,7 +27,7 @@ import struct
 import time
 
 from nct.container import syscalls as sc
-from nct.container.rootfs import Root
+from nct.container.rootfs import Root, open_regular
 from nct.errors import ContainerError
 
 MFD_EXEC = 0x10
@@ -46,10 +46,12 @@ _PT_INTERP = 3
 
 def host_ldconfig(spec: str) -> str | None:
     """Host path of the ldconfig to run for a config value; None = use the container's own.
-    "@/sbin/ldconfig" -> /sbin/ldconfig.real when it exists, else /sbin/ldconfig."""
+    Upstream's normalisation: "@/sbin/ldconfig" or "@/sbin/ldconfig.real" -> /sbin/ldconfig.real
+    when it exists, else /sbin/ldconfig (a configured .real that is missing falls back)."""
     if not spec.startswith("@"):
         return None
     path = spec[1:]
+    path = path[:-len(".real")] if path.endswith(".real") else path
     if os.path.exists(path + ".real"):
         return path + ".real"
     return path
@@ -127,26 +129,146 @@ def conf_folders(folders: list[str]) -> list[str]:
     return out
 
 
-def _listed_in_conf(root: Root) -> set[str]:
-    """Directories already configured in the container's ld.so.conf(.d)."""
-    seen: set[str] = set()
-    files = ["/etc/ld.so.conf"] + [f"/etc/ld.so.conf.d/{n}" for n in sorted(root.listdir("/etc/ld.so.conf.d"))
-                                   if n.endswith(".conf")]
-    for name in files:
-        try:  # O_NONBLOCK: a FIFO planted by the image must not block us (skipped below)
-            fd = root.open(name, os.O_RDONLY | os.O_NONBLOCK)
-        except (FileNotFoundError, ContainerError):
-            continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+# Bounds on following the image's ld.so.conf includes (hostile input: cycles, huge globs).
+MAX_CONF_FILES = 256        # conf files read in all
+MAX_INCLUDE_DEPTH = 16      # include nesting
+MAX_GLOB_NAMES = 4096       # directory entries looked at by all include patterns together
+CONF_READ_LIMIT = 1 << 20   # bytes read of each conf file
+
+
+def glob_match(name: str, pat: str) -> bool:
+    """glob(3)'s match of one path component: `*`, `?`, `[...]` (`!` or `^` negates, ranges),
+    `\\` escapes; a leading `.` only matches a literal one (no regular expressions)."""
+    if name.startswith(".") and not pat.startswith("."):
+        return False
+
+    def match(i: int, j: int) -> bool:
+        while j < len(pat):
+            c = pat[j]
+            if c == "*":
+                while j < len(pat) and pat[j] == "*":
+                    j += 1
+                if j == len(pat):
+                    return True
+                return any(match(k, j) for k in range(i, len(name) + 1))
+            if i >= len(name):
+                return False
+            if c == "?":
+                i, j = i + 1, j + 1
                 continue
-            data = os.read(fd, 1 << 20).decode(errors="replace")
-        finally:
-            os.close(fd)
-        for line in data.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("/"):
-                seen.add("/" + line.strip("/"))
+            if c == "[":
+                k = j + 1
+                neg = k < len(pat) and pat[k] in "!^"
+                k += neg
+                ok, first = False, True
+                while k < len(pat) and (pat[k] != "]" or first):
+                    first = False
+                    lo = pat[k]
+                    if k + 2 < len(pat) and pat[k + 1] == "-" and pat[k + 2] != "]":
+                        ok |= lo <= name[i] <= pat[k + 2]
+                        k += 3
+                    else:
+                        ok |= name[i] == lo
+                        k += 1
+                if k >= len(pat):  # no closing bracket: a literal "["
+                    if name[i] != "[":
+                        return False
+                    i, j = i + 1, j + 1
+                    continue
+                if ok == neg:
+                    return False
+                i, j = i + 1, k + 1
+                continue
+            if c == "\\" and j + 1 < len(pat):
+                j += 1
+                c = pat[j]
+            if name[i] != c:
+                return False
+            i, j = i + 1, j + 1
+        return i == len(name)
+
+    return match(0, 0)
+
+
+def _glob(root: Root, pattern: str, budget: list[int]) -> list[str]:
+    """In-root paths matching an absolute glob pattern, sorted (as glob(3)); directories are
+    listed through the in-root resolution, budget[0] entries at most (beyond that the rest is
+    not matched: its dirs count as unknown, which only repeats them in our ld.so.conf.d file)."""
+    found = [""]
+    for comp in (c for c in pattern.split("/") if c):
+        if not any(ch in comp for ch in "*?["):
+            found = [f"{d}/{comp.replace(chr(92), '')}" for d in found]
+            continue
+        nxt = []
+        for d in found:
+            names = root.listdir(d or "/")
+            budget[0] -= len(names)
+            if budget[0] < 0:  # past the bound: what was matched so far
+                return sorted(nxt)
+            nxt.extend(f"{d}/{n}" for n in sorted(names) if glob_match(n, comp))
+        found = nxt
+    return sorted(found)
+
+
+def conf_lines(text: str) -> tuple[list[str], list[str]]:
+    """(directories, include patterns) of one ld.so.conf file, as ldconfig reads it: `#` starts
+    a comment, `include` takes whitespace-separated glob patterns, `hwcap` lines are ignored,
+    any other line is one directory (an `=TYPE` suffix and trailing slashes dropped)."""
+    dirs: list[str] = []
+    includes: list[str] = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        word = line.split(None, 1)
+        if word[0] == "include" and len(word) == 2:
+            includes.extend(word[1].split())
+        elif word[0] == "hwcap":
+            continue
+        elif line.startswith("/"):
+            dirs.append("/" + line.split("=", 1)[0].strip().strip("/"))
+    return dirs, includes
+
+
+def _listed_in_conf(root: Root) -> set[str]:
+    """Directories the container's loader already knows from /etc/ld.so.conf and every file
+    its `include` lines name (custom ones too; relative patterns are relative to the including
+    file's directory, as ldconfig reads them). An absent /etc/ld.so.conf counts as the one
+    we create. Files are read in-root, regular files only, with bounds on their number, size
+    and nesting; a file reached twice (an include cycle) is read once. Past a bound the rest
+    counts as unknown (those dirs are listed again in our file: harmless)."""
+    seen: set[str] = set()
+    visited: set[tuple[int, int]] = set()
+    todo: list[tuple[str, int]] = [("/etc/ld.so.conf", 0)]
+    reads, budget = 0, [MAX_GLOB_NAMES]
+    while todo:
+        name, depth = todo.pop(0)
+        fd = open_regular(root, name)
+        if fd is None:
+            if name != "/etc/ld.so.conf" or root.lstat(name) is not None:
+                continue
+            text = LD_SO_CONF.decode()
+        else:
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) in visited:
+                    continue
+                visited.add((st.st_dev, st.st_ino))
+                reads += 1
+                if reads > MAX_CONF_FILES:  # past the bound: the rest counts as unknown
+                    break
+                text = os.read(fd, CONF_READ_LIMIT).decode(errors="replace")
+            finally:
+                os.close(fd)
+        dirs, includes = conf_lines(text)
+        seen.update(dirs)
+        if depth >= MAX_INCLUDE_DEPTH:
+            continue
+        here = name.rsplit("/", 1)[0] or "/"
+        for pat in includes:
+            full = pat if pat.startswith("/") else f"{here.rstrip('/')}/{pat}"
+            todo.extend((p, depth + 1) for p in _glob(root, full, budget))
+            del todo[2 * MAX_CONF_FILES:]
     return seen
 
 

@@ -329,3 +329,35 @@ class Root:
             return os.listdir(fd)
         finally:
             os.close(fd)
+
+
+def open_regular(root: Root, path: str) -> int | None:
+    """A read-only fd of the regular file `path` resolves to in the root (in-root symlinks
+    followed, never the host's view), or None when it is absent or not a regular file. The
+    object is pinned with O_PATH and checked before it is opened, so an image's device node,
+    FIFO or socket is never opened; O_NONBLOCK besides."""
+    try:
+        pfd = root.open(path, _O_PATH)
+    except (FileNotFoundError, ContainerError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(pfd).st_mode):
+            return None
+        return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    finally:
+        os.close(pfd)
+
+
+def read_regular(root: Root, path: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of the regular file `path` in the root (see open_regular)."""
+    fd = open_regular(root, path)
+    if fd is None:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -125,11 +125,12 @@ def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool 
     from time import perf_counter
 
     t0 = perf_counter()
-    from nct.config.load import load_config
+    from nct.config.load import check_supported_capabilities, load_config
     from nct.hook import core
     from nct.request.parse import request_from_spec
 
     cfg = load_config(config_path)
+    check_supported_capabilities(cfg)
     _setup_logging(debug, cfg)
     pid, bundle = read_state(state_bytes)
     spec, rootfs = load_spec(bundle)

@@ -39,8 +39,9 @@ GATED_MODES = (("NVIDIA_GDS", "gds"), ("NVIDIA_MOFED", "mofed"),
 CUDA_COMPAT_MODES = ("ldconfig", "mount", "hook", "disabled")
 MAX_IMEX_CHANNEL = (1 << 20) - 1
 
-# OCI versions whose process.capabilities is a flat list rather than sets.
-_FLAT_CAPS_VERSIONS = frozenset(f"1.0.0-rc{i}" for i in range(1, 6))
+# OCI versions rc1 <= v < rc5 (compared as golang.org/x/mod/semver does, so 1.0.0-rc2-dev is
+# one of them) have process.capabilities as a flat list rather than sets.
+_FLAT_CAPS_FROM, _FLAT_CAPS_BEFORE = "1.0.0-rc1", "1.0.0-rc5"
 # Go strconv.ParseBool spellings.
 _GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 # golang.org/x/mod/semver, "v" prefix already stripped: major[.minor[.patch[-pre][+build]]].
@@ -134,8 +135,62 @@ def spec_env(spec: dict) -> dict[str, str]:
     return env
 
 
+def _semver_ident(s: str, numeric_ok: bool) -> bool:
+    return bool(s) and all(c.isascii() and (c.isalnum() or c == "-") for c in s) and \
+        not (numeric_ok and s.isdigit() and len(s) > 1 and s[0] == "0")
+
+
+def _go_semver(v: str) -> tuple[tuple[int, int, int], list[str]] | None:
+    """golang.org/x/mod/semver's reading of "v"+v: MAJOR[.MINOR[.PATCH[-PRE][+BUILD]]] with no
+    leading zeros; None when invalid (it then sorts below every valid version)."""
+    core, plus, build = v.partition("+")
+    if plus and (not core.count(".") == 2 or not all(_semver_ident(b, False) for b in build.split("."))):
+        return None
+    core, dash, pre = core.partition("-")
+    nums = core.split(".")
+    if len(nums) > 3 or (dash and len(nums) != 3):
+        return None
+    if not all(n.isascii() and n.isdigit() and (n == "0" or n[0] != "0") for n in nums):
+        return None
+    pres = pre.split(".") if dash else []
+    if not all(_semver_ident(p, True) for p in pres):
+        return None
+    vals = [int(n) for n in nums] + [0] * (3 - len(nums))
+    return (vals[0], vals[1], vals[2]), pres
+
+
+def go_semver_compare(a: str, b: str) -> int:
+    """semver.Compare("v"+a, "v"+b): -1, 0 or 1; pre-releases sort below their release,
+    identifiers compare numerically when both are numbers, else as ASCII strings."""
+    pa, pb = _go_semver(a), _go_semver(b)
+    if pa is None or pb is None:
+        return (pa is not None) - (pb is not None)
+    if pa[0] != pb[0]:
+        return -1 if pa[0] < pb[0] else 1
+    xa, xb = pa[1], pb[1]
+    if not xa or not xb:
+        return (not xa) - (not xb)
+    for ia, ib in zip(xa, xb):
+        if ia == ib:
+            continue
+        na, nb = ia.isdigit(), ib.isdigit()
+        if na and nb:
+            return -1 if int(ia) < int(ib) else 1
+        if na != nb:
+            return -1 if na else 1
+        return -1 if ia < ib else 1
+    return (len(xa) > len(xb)) - (len(xa) < len(xb))
+
+
+def has_flat_capabilities(oci_version: object) -> bool:
+    """Whether this ociVersion (1.0.0-rc1 <= v < 1.0.0-rc5) keeps capabilities as one list."""
+    return isinstance(oci_version, str) and go_semver_compare(oci_version, _FLAT_CAPS_FROM) >= 0 \
+        and go_semver_compare(oci_version, _FLAT_CAPS_BEFORE) < 0
+
+
 def is_privileged(spec: dict) -> bool:
-    """CAP_SYS_ADMIN in the bounding set (a flat list for OCI 1.0.0-rc1..rc5)."""
+    """CAP_SYS_ADMIN in the bounding set (the flat list of pre-release OCI 1.0.0-rc1..rc4 specs,
+    e.g. old docker runc's 1.0.0-rc2-dev)."""
     process = spec.get("process")
     if not isinstance(process, dict):
         return False
@@ -143,7 +198,7 @@ def is_privileged(spec: dict) -> bool:
     if caps is None:
         return False
     if isinstance(caps, list):
-        if spec.get("ociVersion") not in _FLAT_CAPS_VERSIONS:
+        if not has_flat_capabilities(spec.get("ociVersion")):
             raise RequestError("invalid OCI spec: process.capabilities must be an object "
                                f"for ociVersion {spec.get('ociVersion')!r}")
         bounding = caps
