@@ -307,6 +307,9 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.dup2(err_w, 1)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
+            # only what ldconfig needs may outlive the fork: the caller's fds (one per
+            # mounted source, say) would exhaust RLIMIT_NOFILE below
+            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
