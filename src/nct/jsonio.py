@@ -24,8 +24,24 @@ class _Context:
     memo: dict = {}
 
 
-def loads(data: bytes | bytearray | str) -> object:
-    """json.loads(data), faster to start."""
+def loads(data: bytes | bytearray | str, max_depth: int | None = None) -> object:
+    """json.loads(data), faster to start; ValueError (one line) for a document nested
+    deeper than `max_depth` levels (default nct.limits.MAX_NESTING_DEPTH) instead of a
+    RecursionError."""
+    from nct.limits import MAX_NESTING_DEPTH, too_deep
+
+    limit = MAX_NESTING_DEPTH if max_depth is None else max_depth
+    try:
+        value = _loads(data)
+    except RecursionError:
+        value = None
+    else:
+        if not too_deep(value, limit):
+            return value
+    raise ValueError(f"nested deeper than {limit} levels")
+
+
+def _loads(data: bytes | bytearray | str) -> object:
     global _scanner
     try:
         if _scanner is None:
@@ -38,9 +54,11 @@ def loads(data: bytes | bytearray | str) -> object:
         if text[end:].strip(_WS):
             raise ValueError("extra data")
         return value
+    except RecursionError:
+        raise
     # SystemError: the C scanner reports a syntax error with json.decoder's exception class,
     # and returns NULL without an exception when json.decoder is not imported yet
-    except (ImportError, AttributeError, ValueError, StopIteration, RecursionError, SystemError):
+    except (ImportError, AttributeError, ValueError, StopIteration, SystemError):
         import json
 
         return json.loads(data)
