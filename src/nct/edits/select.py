@@ -13,6 +13,7 @@ from nct.driver.model import Gpu, MigDevice, Node
 from nct.driver.procfs import split_pci_address
 from nct.errors import RequestError
 from nct.record import Record
+from nct.limits import is_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +87,7 @@ def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:
         for g in gpus:
             if normalise_bus_id(g.bus_id) == bus:
                 return g
-    if dev.isascii() and dev.isdigit():
+    if is_number(dev):
         n = int(dev)
         for g in gpus:
             if g.index == n:
@@ -101,7 +102,7 @@ def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
                 if m.uuid and m.uuid.lower() == dev.lower():
                     return m
     gi, colon, mi = dev.partition(":")
-    if colon and gi.isascii() and gi.isdigit() and mi.isascii() and mi.isdigit():
+    if colon and is_number(gi) and is_number(mi):
         i, j = int(gi), int(mi)
         for g in gpus:
             if g.index == i:
