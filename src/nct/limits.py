@@ -42,12 +42,18 @@ def too_deep(doc: object, limit: int = MAX_NESTING_DEPTH) -> bool:
     return False
 
 
-def read_document(f, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
-    """All of binary file `f`, or ValueError when it is longer than `limit` bytes."""
+def read_document(f, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """All of binary file `f`, or ValueError when it is longer than `limit` bytes (the
+    caller names the file)."""
     data = f.read(limit + 1)
     if len(data) > limit:
-        raise ValueError(f"{what}: larger than the limit of {limit} bytes")
+        raise ValueError(f"larger than the limit of {limit} bytes")
     return data
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """`value` for an error message: cut to `limit` characters (a request may be 64 KiB)."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
 
 
 def is_number(text: str) -> bool:

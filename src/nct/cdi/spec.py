@@ -350,11 +350,11 @@ def load_spec(path: str, *, priority: int = 0, schema: bool = False, cache: "Spe
                         return Spec(hit, path=path, priority=priority)
                     except (KeyError, TypeError, ValueError, NctError):
                         pass  # not a document we stored: parse the file
-            data = read_document(f, path)
+            data = read_document(f)
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
     except ValueError as e:
-        raise SpecError(str(e)) from None
+        raise SpecError(f"{path}: {e}") from None
     spec = spec_from_data(data, path, priority=priority, schema=schema)
     if key is not None:
         cache.put(key, spec.raw)

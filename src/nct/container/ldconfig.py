@@ -63,13 +63,16 @@ def _check_static_elf(fd: int, path: str) -> None:
         raise ContainerError(f"ldconfig {path}: not an ELF executable (a script's interpreter would "
                              "be loaded from the container root)")
     end = "<" if head[5] == 1 else ">"
+    if head[4] == 2 and len(head) < 64:
+        raise ContainerError(f"ldconfig {path}: truncated ELF header")
     if head[4] == 2:
         phoff, = struct.unpack_from(end + "Q", head, 32)
         phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
     else:
         phoff, = struct.unpack_from(end + "I", head, 28)
         phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
-    if phentsize < 4 or phnum > 4096:
+    # every field is the file's: bound them by the file before using them as an offset/size
+    if phentsize < 4 or phnum > 4096 or phoff + phentsize * phnum > os.fstat(fd).st_size:
         raise ContainerError(f"ldconfig {path}: malformed ELF program headers")
     table = os.pread(fd, phentsize * phnum, phoff)
     if len(table) < phentsize * phnum:

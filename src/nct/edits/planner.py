@@ -25,7 +25,7 @@ from nct.errors import RequestError
 from nct.record import Record
 from nct.request.model import ContainerRequest
 from nct.request.requirements import check_requirements
-from nct.limits import is_number
+from nct.limits import is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
@@ -237,7 +237,7 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
             path = f"{IMEX_DIR}/channel{n}"
             dn = DeviceNode(path=path, host_path=node.roots.host(path, node.roots.dev), major=major, minor=n)
         if dn is None:
-            raise RequestError(f"unknown IMEX channel: {ch}")
+            raise RequestError(f"unknown IMEX channel: {shown(str(ch))}")
         b.device(dn)
     return b.edits
 

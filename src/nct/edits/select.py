@@ -13,7 +13,7 @@ from nct.driver.model import Gpu, MigDevice, Node
 from nct.driver.procfs import split_pci_address
 from nct.errors import RequestError
 from nct.record import Record
-from nct.limits import is_number
+from nct.limits import is_number, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +73,7 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
             if parent not in picked_gpus:
                 picked_gpus.append(parent)
             continue
-        raise RequestError(f"unknown device: {dev}")
+        raise RequestError(f"unknown device: {shown(dev)}")
     return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
 
 

@@ -49,11 +49,11 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
-            data = read_document(f, path)
+            data = read_document(f)
     except OSError as e:
         raise SpecError(f"{path}: {e.strerror}") from None
     except ValueError as e:
-        raise SpecError(str(e)) from None
+        raise SpecError(f"{path}: {e}") from None
     try:
         spec = jsonio.loads(data)
     except ValueError as e:

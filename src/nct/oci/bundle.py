@@ -26,9 +26,9 @@ def read_spec_file(path: str) -> dict:
     a document that is not an object."""
     try:
         with open(path, "rb") as f:
-            data = read_document(f, path)
+            data = read_document(f)
     except ValueError as e:
-        raise SpecError(str(e)) from None
+        raise SpecError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file (is the bundle path right?)") from None
     except OSError as e:

@@ -14,7 +14,7 @@ from nct.log import get_logger
 from nct.driver.model import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from nct.errors import RequestError
 from nct.request.model import ContainerRequest, is_qualified_cdi_name
-from nct.limits import MAX_ENV_VALUE, MAX_LIST_ENTRIES, is_number
+from nct.limits import MAX_ENV_VALUE, MAX_LIST_ENTRIES, is_number, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -366,7 +366,7 @@ def imex_channels(env: dict[str, str], cfg: Config, privileged: bool, spec: dict
 def _imex_id(value: str) -> str:
     digits = value[len("channel"):] if value.startswith("channel") else value
     if not digits.isdigit() or not digits.isascii() or len(digits) > 9 or int(digits) > MAX_IMEX_CHANNEL:
-        raise RequestError(f"invalid IMEX channel: {value!r} (expected a number below {MAX_IMEX_CHANNEL + 1})")
+        raise RequestError(f"invalid IMEX channel: {shown(value)!r} (expected a number below {MAX_IMEX_CHANNEL + 1})")
     return str(int(digits))
 
 
@@ -376,7 +376,7 @@ def legacy_cuda_requirement(cuda_version: str) -> str:
 
     m = re.match(_SEMVER, cuda_version[1:] if cuda_version.startswith("v") else cuda_version)
     if not m or not all(is_number(g) for g in m.groups("0")[:2]) or int(m.group(1)) >= 1 << 32 or int(m.group(2) or 0) >= 1 << 32:
-        raise RequestError(f"invalid CUDA_VERSION: {cuda_version!r} (expected a version like 12.4.1)")
+        raise RequestError(f"invalid CUDA_VERSION: {shown(cuda_version)!r} (expected a version like 12.4.1)")
     return f"cuda>={m.group(1)}.{m.group(2) or 0}"
 
 

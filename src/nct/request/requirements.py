@@ -11,7 +11,7 @@ term is never looked at.
 from __future__ import annotations
 
 from nct.errors import RequirementError
-from nct.limits import MAX_NUMBER_DIGITS
+from nct.limits import MAX_NUMBER_DIGITS, shown
 from nct.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
@@ -118,7 +118,7 @@ def evaluate(expr: str, facts: Facts) -> None:
             if ok:
                 break
     except _Invalid:
-        raise RequirementError(f"invalid expression: {expr}") from None
+        raise RequirementError(f"invalid expression: {shown(expr)}") from None
     if not ok:
         first = next((t for t in expr.split(" ") if t), "")
         if first.startswith("cuda>="):
