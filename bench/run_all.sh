@@ -9,3 +9,4 @@ PY=${PYTHON:-python3}
 "$PY" bench/hook_bench.py
 "$PY" bench/runtime_create.py
 "$PY" bench/cdi_bench.py
+"$PY" bench/limits_bench.py

@@ -28,17 +28,21 @@ def loads(data: bytes | bytearray | str, max_depth: int | None = None) -> object
     """json.loads(data), faster to start; ValueError (one line) for a document nested
     deeper than `max_depth` levels (default nct.limits.MAX_NESTING_DEPTH) instead of a
     RecursionError."""
-    from nct.limits import MAX_NESTING_DEPTH, too_deep
+    from nct.limits import MAX_NESTING_DEPTH, too_deep, without_gc
 
     limit = MAX_NESTING_DEPTH if max_depth is None else max_depth
     try:
-        value = _loads(data)
+        value, deep = without_gc(_loads_checked, data, limit, too_deep)
     except RecursionError:
-        value = None
-    else:
-        if not too_deep(value, limit):
-            return value
-    raise ValueError(f"nested deeper than {limit} levels")
+        deep = True
+    if deep:
+        raise ValueError(f"nested deeper than {limit} levels")
+    return value
+
+
+def _loads_checked(data, limit: int, too_deep) -> tuple[object, bool]:
+    value = _loads(data)
+    return value, too_deep(value, limit)
 
 
 def _loads(data: bytes | bytearray | str) -> object:

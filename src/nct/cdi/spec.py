@@ -16,7 +16,7 @@ import os
 from nct import jsonio
 from nct.cdi import names, version
 from nct.errors import NctError, SpecError
-from nct.limits import MAX_NESTING_DEPTH, read_document
+from nct.limits import MAX_NESTING_DEPTH, read_document, without_gc
 from nct.record import Record, field
 
 TYPE_CHECKING = False
@@ -146,7 +146,7 @@ def parse_spec_data(data: bytes | str, source: str, *, fmt: str | None = None) -
         import yaml
         try:
             _check_yaml_depth(data, source)
-            docs = [d for d in yaml.load_all(data, Loader=_yaml_loader()) if d is not None]
+            docs = [d for d in without_gc(list, yaml.load_all(data, Loader=_yaml_loader())) if d is not None]
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
