@@ -411,11 +411,11 @@ def class_plan(mode: str, roots: Roots) -> Plan:
     """gds, mofed, gdrcopy, nvswitch: one `all` device with the class's nodes (gds also
     mounts /run/udev and /etc/cufile.json when present). No nodes is an error."""
     patterns, files = CLASS_DEVICES[mode]
-    nodes: list[DeviceNode] = []
+    by_path: dict[str, DeviceNode] = {}
     for pattern in patterns:
         for n in glob_nodes(roots.dev, pattern):
-            if n.path not in {x.path for x in nodes}:
-                nodes.append(n)
+            by_path.setdefault(n.path, n)
+    nodes = list(by_path.values())
     if not nodes:
         raise NctError(f"{mode} mode: no devices found under {_show(roots.dev, '/dev')} "
                        f"(looked for {', '.join(patterns)})")

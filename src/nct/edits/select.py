@@ -48,65 +48,80 @@ def visible_gpus(node: Node) -> tuple[Gpu, ...]:
 
 def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
     """Resolve requested ids (a comma string or a sequence) against the node, in request
-    order as libnvidia-container does."""
+    order as libnvidia-container does. Each id is one dict look-up (an index of the node
+    is built once): linear in the number of ids whatever the node's size."""
     if isinstance(ids, str):
         ids = ids.split(",")
     gpus = visible_gpus(node)
-    picked_gpus: list[Gpu] = []
-    picked_migs: list[MigDevice] = []
+    index: _Index | None = None
+    picked_gpus: dict[int, Gpu] = {}  # by id(): ordered sets
+    picked_migs: dict[int, MigDevice] = {}
     for raw in ids:
         dev = raw.strip()
         if not dev:
             continue
         if dev.lower() == "all":
             return Selection(gpus=gpus, migs=tuple(m for g in gpus for m in g.migs), all=True)
-        gpu = _find_gpu(gpus, dev)
+        if index is None:
+            index = _Index(gpus)
+        gpu = index.gpu(dev)
         if gpu is not None:
-            if gpu not in picked_gpus:
-                picked_gpus.append(gpu)
+            picked_gpus.setdefault(id(gpu), gpu)
             continue
-        mig = _find_mig(gpus, dev)
-        if mig is not None:
-            if mig not in picked_migs:
-                picked_migs.append(mig)
-            parent = next(g for g in gpus if g.index == mig.parent_index)
-            if parent not in picked_gpus:
-                picked_gpus.append(parent)
+        found = index.mig(dev)
+        if found is not None:
+            mig, parent = found
+            picked_migs.setdefault(id(mig), mig)
+            picked_gpus.setdefault(id(parent), parent)
             continue
         raise RequestError(f"unknown device: {shown(dev)}")
-    return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
+    return Selection(gpus=tuple(picked_gpus.values()), migs=tuple(picked_migs.values()))
 
 
-def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:
-    if dev[:4].upper() == "GPU-" and len(dev) > 4:
+class _Index:
+    """The visible GPUs and MIG devices by every spelling an id may use (first one wins,
+    in node order, as a scan would find it)."""
+
+    def __init__(self, gpus: tuple[Gpu, ...]) -> None:
+        self.by_uuid: dict[str, Gpu] = {}
+        self.by_bus: dict[str, Gpu] = {}
+        self.by_index: dict[int, Gpu] = {}
+        self.mig_by_uuid: dict[str, tuple[MigDevice, Gpu]] = {}
+        self.mig_by_ij: dict[tuple[int, int], tuple[MigDevice, Gpu]] = {}
         for g in gpus:
-            if g.uuid.lower() == dev.lower():
-                return g
-    bus = normalise_bus_id(dev)
-    if bus is not None:
-        for g in gpus:
-            if normalise_bus_id(g.bus_id) == bus:
-                return g
-    if is_number(dev):
-        n = int(dev)
-        for g in gpus:
-            if g.index == n:
-                return g
-    return None
-
-
-def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
-    if dev[:4].upper() == "MIG-" and len(dev) > 4:
+            self.by_uuid.setdefault(g.uuid.lower(), g)
+            bus = normalise_bus_id(g.bus_id)
+            if bus is not None:
+                self.by_bus.setdefault(bus, g)
+            self.by_index.setdefault(g.index, g)
         for g in gpus:
             for m in g.migs:
-                if m.uuid and m.uuid.lower() == dev.lower():
-                    return m
-    gi, colon, mi = dev.partition(":")
-    if colon and is_number(gi) and is_number(mi):
-        i, j = int(gi), int(mi)
-        for g in gpus:
-            if g.index == i:
-                for mig in g.migs:
-                    if mig.ordinal == j:
-                        return mig
-    return None
+                entry = (m, self._parent(gpus, m))
+                if m.uuid:
+                    self.mig_by_uuid.setdefault(m.uuid.lower(), entry)
+                self.mig_by_ij.setdefault((g.index, m.ordinal), entry)
+
+    def _parent(self, gpus: tuple[Gpu, ...], mig: MigDevice) -> Gpu:
+        return self.by_index.get(mig.parent_index) or next(g for g in gpus if g.index == mig.parent_index)
+
+    def gpu(self, dev: str) -> Gpu | None:
+        if dev[:4].upper() == "GPU-" and len(dev) > 4:
+            hit = self.by_uuid.get(dev.lower())
+            if hit is not None:
+                return hit
+        bus = normalise_bus_id(dev)
+        if bus is not None and bus in self.by_bus:
+            return self.by_bus[bus]
+        if is_number(dev):
+            return self.by_index.get(int(dev))
+        return None
+
+    def mig(self, dev: str) -> tuple[MigDevice, Gpu] | None:
+        if dev[:4].upper() == "MIG-" and len(dev) > 4:
+            hit = self.mig_by_uuid.get(dev.lower())
+            if hit is not None:
+                return hit
+        gi, colon, mi = dev.partition(":")
+        if colon and is_number(gi) and is_number(mi):
+            return self.mig_by_ij.get((int(gi), int(mi)))
+        return None
