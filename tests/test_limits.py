@@ -187,7 +187,7 @@ def _elf64(size: int = 64, phoff: int = 0, phentsize: int = 56, phnum: int = 0) 
     (_elf64(phoff=(1 << 64) - 1, phnum=1), "malformed ELF program headers"),  # OverflowError before
     (_elf64(phoff=64, phentsize=65535, phnum=4096), "malformed ELF program headers"),  # 268 MB read before
     (b"\x7fELF" + b"\xff" * 60, "not an ELF executable"),
-])
+], ids=["short-elf64", "short-file", "phoff-overflow", "huge-phdr-table", "bad-ident"])
 def test_crafted_ldconfig_elf_is_one_line(tmp_path, nct_bin, data, message):
     ld = tmp_path / "ldconfig"
     ld.write_bytes(data)
