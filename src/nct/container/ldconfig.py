@@ -121,13 +121,8 @@ def system_dirs(root: Root) -> list[str]:
 
 
 def conf_folders(folders: list[str]) -> list[str]:
-    """Folders with duplicates removed, order kept."""
-    out: list[str] = []
-    for f in folders:
-        f = "/" + f.strip("/")
-        if f not in out:
-            out.append(f)
-    return out
+    """Folders with duplicates removed, order kept (by hash: linear)."""
+    return list(dict.fromkeys("/" + f.strip("/") for f in folders))
 
 
 def _listed_in_conf(root: Root) -> set[str]:
@@ -191,7 +186,8 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
         finally:
             os.close(fd)
         current = [p for line in text.splitlines() for p in line.replace(":", " ").split() if p]
-    new = [f for f in conf_folders(folders) if f not in current]
+    have = set(current)
+    new = [f for f in conf_folders(folders) if f not in have]
     if new:
         root.write_file(path, ("\n".join(current + new) + "\n").encode(), 0o644)
     return True
