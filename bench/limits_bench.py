@@ -7,6 +7,8 @@ is refused: the time shown is what refusing costs, which must not be more than ~
 time of accepting an input at the limit (a ratio near or below 10 = linear or better):
   visible     request_from_spec with NVIDIA_VISIBLE_DEVICES of N distinct-looking ids
   imex        request_from_spec with NVIDIA_IMEX_CHANNELS of N ids
+  select      select_devices of N MIG UUIDs (repeating) on a 64-GPU node with 7 MIG
+              devices each (one index look-up per id); not bounded past the list limit
   merge       ContainerEdits.merge of two plans of N device nodes / mounts each, and
               device_rules() over them (the 61 s of issue 9 at 8000 IMEX ids); not
               bounded: 1x and 10x both run
@@ -35,7 +37,9 @@ from nct import jsonio, limits
 from nct.cdi.spec import parse_spec_data
 from nct.config.model import Config
 from nct.container.apply import device_rules
+from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
 from nct.edits.model import ContainerEdits, DeviceNodeEdit, MountEdit
+from nct.edits.select import select_devices
 from nct.errors import NctError
 from nct.request.parse import request_from_spec
 from nct.runtime.modes import qualify
@@ -65,6 +69,23 @@ def _edits(n: int, tag: str) -> ContainerEdits:
         mounts=[MountEdit(f"/h/{tag}{i}", f"/c/{tag}{i}") for i in range(n)])
 
 
+def big_node(gpus: int = 64, migs: int = 7) -> Node:
+    """A node model (no files) with `gpus` GPUs of `migs` MIG devices each."""
+    def dev(path: str, major: int, minor: int) -> DeviceNode:
+        return DeviceNode(path, path, major, minor)
+
+    out = []
+    for i in range(gpus):
+        m = tuple(MigDevice(i, j + 1, 0, dev(f"/dev/nvidia-caps/nvidia-cap{2 * (i * 8 + j)}", 235, 2 * (i * 8 + j)),
+                            dev(f"/dev/nvidia-caps/nvidia-cap{2 * (i * 8 + j) + 1}", 235, 2 * (i * 8 + j) + 1),
+                            "/p/gi", "/p/ci", uuid=f"MIG-{i:04d}{j:04d}-aaaa-bbbb-cccc-dddddddddddd", ordinal=j)
+                  for j in range(migs))
+        out.append(Gpu(i, i, f"GPU-{i:08x}-1111-2222-3333-444444444444", "NVIDIA H100", f"00000000:{i + 1:02x}:00.0",
+                       f"/proc/driver/nvidia/gpus/0000:{i + 1:02x}:00.0", dev(f"/dev/nvidia{i}", 195, i),
+                       mig_enabled=True, migs=m))
+    return Node(Roots(), "550.54.15", "12.4", tuple(out), (dev("/dev/nvidiactl", 195, 255),))
+
+
 def cases() -> dict:
     cfg = Config()
     n_list, depth, size = limits.MAX_LIST_ENTRIES, limits.MAX_NESTING_DEPTH, limits.MAX_DOCUMENT_BYTES // 16
@@ -76,6 +97,13 @@ def cases() -> dict:
     def imex(n):
         s = _spec({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_IMEX_CHANNELS": ",".join(str(i % 2048) for i in range(n))})
         return lambda: request_from_spec(s, cfg)
+
+    node = big_node()
+    uuids = [m.uuid for g in node.gpus for m in g.migs]
+
+    def select(n):
+        ids = [uuids[i % len(uuids)] for i in range(n)]
+        return lambda: select_devices(node, ids)
 
     def merge(n):
         a, b = _edits(n, "a"), _edits(n, "b")
@@ -104,7 +132,7 @@ def cases() -> dict:
         text = "".join(parts).rstrip(",") + "]}"
         return lambda: parse_spec_data(text, "s.json")
 
-    return {"visible": (visible, n_list), "imex": (imex, n_list), "merge": (merge, n_list),
+    return {"visible": (visible, n_list), "imex": (imex, n_list), "select": (select, n_list), "merge": (merge, n_list),
             "qualify": (qual, n_list), "json-depth": (json_depth, depth), "yaml-depth": (yaml_depth, depth),
             "spec-size": (spec_size, size)}
 
