@@ -10,3 +10,4 @@ PY=${PYTHON:-python3}
 "$PY" bench/runtime_create.py
 "$PY" bench/cdi_bench.py
 "$PY" bench/nvml_bench.py
+"$PY" bench/limits_bench.py

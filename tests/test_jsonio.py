@@ -11,7 +11,7 @@ import pytest
 
 CASES = ['{}', '[]', ' {"a": [1, 2.5, -3e2, true, false, null, "x\\u00e9\\n"]} ', '"s"', '1', 'NaN',
          '[Infinity, -Infinity]', '{"a":1}{', '{"a":1', '', ' ', '\ufeff{}', '{"a": "\x01"}', '[1,]',
-         '{"k": 1, "k": 2}', '123abc', '{"a": 01}', '{not json', '[' * 100000]
+         '{"k": 1, "k": 2}', '123abc', '{"a": 01}', '{not json']
 
 PROBE = """
 import json, sys
@@ -50,3 +50,24 @@ def test_same_values_and_errors_as_json(pre):
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == _expected()
+
+
+@pytest.mark.parametrize("text", ["[" * 100000, "[" * 100000 + "]" * 100000, '{"a":' * 65 + "1" + "}" * 65,
+                                  "[" * 65 + "]" * 65])
+def test_nesting_beyond_the_limit_is_one_line_value_error(text):
+    """Issue 9 §4: nesting past nct.limits.MAX_NESTING_DEPTH (64) is a ValueError naming
+    the limit, never a RecursionError (json.loads raises one from ~1000 levels)."""
+    from nct import jsonio
+    from nct.limits import MAX_NESTING_DEPTH
+
+    assert MAX_NESTING_DEPTH == 64
+    for data in (text, text.encode()):
+        with pytest.raises(ValueError, match=r"^nested deeper than 64 levels$"):
+            jsonio.loads(data)
+
+
+def test_nesting_at_the_limit_is_accepted():
+    from nct import jsonio
+
+    assert jsonio.loads("[" * 64 + "]" * 64) is not None
+    assert jsonio.loads('{"a":' * 64 + "1" + "}" * 64)

@@ -24,8 +24,28 @@ class _Context:
     memo: dict = {}
 
 
-def loads(data: bytes | bytearray | str) -> object:
-    """json.loads(data), faster to start."""
+def loads(data: bytes | bytearray | str, max_depth: int | None = None) -> object:
+    """json.loads(data), faster to start; ValueError (one line) for a document nested
+    deeper than `max_depth` levels (default nct.limits.MAX_NESTING_DEPTH) instead of a
+    RecursionError."""
+    from nct.limits import MAX_NESTING_DEPTH, too_deep, without_gc
+
+    limit = MAX_NESTING_DEPTH if max_depth is None else max_depth
+    try:
+        value, deep = without_gc(_loads_checked, data, limit, too_deep)
+    except RecursionError:
+        deep = True
+    if deep:
+        raise ValueError(f"nested deeper than {limit} levels")
+    return value
+
+
+def _loads_checked(data, limit: int, too_deep) -> tuple[object, bool]:
+    value = _loads(data)
+    return value, too_deep(value, limit)
+
+
+def _loads(data: bytes | bytearray | str) -> object:
     global _scanner
     try:
         if _scanner is None:
@@ -38,9 +58,11 @@ def loads(data: bytes | bytearray | str) -> object:
         if text[end:].strip(_WS):
             raise ValueError("extra data")
         return value
+    except RecursionError:
+        raise
     # SystemError: the C scanner reports a syntax error with json.decoder's exception class,
     # and returns NULL without an exception when json.decoder is not imported yet
-    except (ImportError, AttributeError, ValueError, StopIteration, RecursionError, SystemError):
+    except (ImportError, AttributeError, ValueError, StopIteration, SystemError):
         import json
 
         return json.loads(data)

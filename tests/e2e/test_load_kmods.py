@@ -218,3 +218,54 @@ def test_cli_configure_load_kmods_with_imex(node, rootfs):
     assert "nvidia-uvm" in second.split() and "channel3" in second.split()
     assert f"/dev/nvidia-uvm {node.info['majors']['nvidia-uvm']:x} 0 666" in second
     assert f"/dev/nvidia-caps-imex-channels/channel3 {imex:x} 3 666" in second
+
+
+# --- issue 9 §3: a request is validated whole before any host node is made -------------------
+
+IMEX_LS = "ls /dev/nvidia-caps-imex-channels 2>/dev/null | wc -l"
+
+
+def test_hook_imex_request_over_the_driver_count_makes_no_node(node, rootfs, tmp_path):
+    """3000 channel ids (under the list limit, over the driver's 2048): the plan refuses
+    channel 2048 in one line before a single node is made on the host."""
+    ids = ",".join(str(i) for i in range(3000))
+    bundle = bundle_with_hook(rootfs, "echo STARTED", ["NVIDIA_VISIBLE_DEVICES=0", f"NVIDIA_IMEX_CHANNELS={ids}"],
+                              hooks=hooks_for(node, config(tmp_path)))
+    res, _ = run_in_node(node, bundle, "", timeout=300)
+    out = res.stdout.decode()
+    assert "STARTED" not in out and "== rc 0" not in out
+    assert "nvidia-container-runtime-hook: unknown IMEX channel: 2048" in res.stderr.decode()
+    res = node.run(["sh", "-c", f"{IMEX_LS}"])
+    assert res.stdout.decode().split() == ["0"]
+
+
+def test_hook_imex_nodes_of_a_failed_container_are_removed(node, rootfs, tmp_path):
+    """Channels 3 and 5 are made on the host (load-kmods), then configuring fails (the
+    image has a file where /usr/bin, the binaries' mount dir, must be): both nodes are
+    gone again, while a channel node that was there before stays."""
+    shutil.rmtree(rootfs / "usr/bin")
+    (rootfs / "usr/bin").write_text("not a dir")
+    imex = node.info["majors"]["nvidia-caps-imex-channels"]
+    bundle = bundle_with_hook(rootfs, "echo STARTED", ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=3,5,7"],
+                              hooks=hooks_for(node, config(tmp_path)))
+    prelude = f"mkdir -p /dev/nvidia-caps-imex-channels && mknod -m 666 /dev/nvidia-caps-imex-channels/channel7 c {imex} 7"
+    script = f"{prelude}\nrunc run --bundle {bundle} {R.container_id()}; echo \"== rc $?\"; ls /dev/nvidia-caps-imex-channels"
+    res = node.run(["sh", "-c", script])
+    out = res.stdout.decode()
+    assert "STARTED" not in out and "== rc 0" not in out, out
+    assert "/usr/bin" in res.stderr.decode()
+    assert out.split("== rc", 1)[1].split()[1:] == ["channel7"]
+
+
+def test_cli_imex_nodes_of_a_failed_configure_are_removed(node, rootfs):
+    cli = venv_bin("nvidia-container-cli")
+    proc = node.dir / "root" / "proc"
+    (rootfs / "dev/nvidia-caps-imex-channels").write_text("not a dir")
+    script = (f"NCT_PROC_ROOT={proc} {cli} --load-kmods configure --device=0 --utility --imex-channel=3,4 "
+              f"--no-cgroups {rootfs}; echo \"== rc $?\"; {IMEX_LS}")
+    res = node.run(["sh", "-c", script])
+    out = res.stdout.decode()
+    assert "== rc 1" in out, out + res.stderr.decode()
+    err = res.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nvidia-container-cli: mount error: ") and "nvidia-caps-imex" in err[0]
+    assert out.split("== rc 1", 1)[1].split() == ["0"]

@@ -108,6 +108,9 @@ def test_bad_state(stdin, message):
     ({"ociVersion": "1.0.2", "root": {"path": "r"}}, "config.json: missing process"),
     ({"ociVersion": "1.0.2", "process": {}}, "config.json: missing root.path"),
     ({"ociVersion": "1.0.2", "process": {"env": "X=1"}, "root": {"path": "r"}}, "process.env must be a list"),
+    # issue 9 §4: "internal error: RecursionError" before
+    ('{"ociVersion": "1.0.2", "x": ' + "[" * 100000 + "]" * 100000 + "}",
+     "config.json: invalid JSON: nested deeper than 64 levels"),
 ])
 def test_bad_bundle_config(tmp_path, spec, message):
     bundle = tmp_path / "b"

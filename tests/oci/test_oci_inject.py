@@ -263,3 +263,24 @@ def test_runc_spec_with_real_device_node(devnode, tmp_path):
     dev = [d for d in spec["linux"]["devices"] if d["path"] == "/dev/nvidia3"][0]
     assert (dev["major"], dev["minor"], dev["fileMode"]) == (195, 3, 0o660)
     assert oci_schema_errors(spec) == []
+
+
+def test_repeated_nodes_and_mounts_last_wins_after_the_others():
+    """One pass per list (issue 9 review: a filter per node was quadratic): the spec's
+    entries not replaced keep their order, the edits' follow in the order of their last
+    occurrence, the last of two with one path wins; a non-string path is left alone."""
+    spec = {"ociVersion": "1.0.2", "linux": {"devices": [
+        {"path": "/dev/x", "type": "c", "major": 1, "minor": 1}, {"path": ["odd"]},
+        {"path": "/dev/y", "type": "c", "major": 1, "minor": 2}]},
+        "mounts": [{"destination": "/a", "source": "/s"}, {"destination": "/b", "source": "/s"}],
+        "process": {"user": {"uid": 0, "gid": 0, "additionalGids": [5, "x"]}}}
+    nodes = [{"path": "/dev/x", "type": "c", "major": 9, "minor": 1},
+             {"path": "/dev/z", "type": "c", "major": 9, "minor": 3},
+             {"path": "/dev/x", "type": "c", "major": 9, "minor": 2}]
+    mounts = [{"hostPath": "/h1", "containerPath": "/a"}, {"hostPath": "/h2", "containerPath": "/c"},
+              {"hostPath": "/h3", "containerPath": "/a"}]
+    apply_cdi_edits(spec, {"deviceNodes": nodes, "mounts": mounts, "additionalGids": [5, 6, 6]})
+    assert [(d.get("path"), d.get("minor")) for d in spec["linux"]["devices"]] == [
+        (["odd"], None), ("/dev/y", 2), ("/dev/z", 3), ("/dev/x", 2)]
+    assert [(m["destination"], m["source"]) for m in spec["mounts"]] == [("/a", "/h3"), ("/b", "/s"), ("/c", "/h2")]
+    assert spec["process"]["user"]["additionalGids"] == [5, "x", 6]

@@ -391,3 +391,39 @@ def test_jit_cdi_imex_channel(shim, fake_runtime, make_bundle, tmp_path):
     nodes = {d["path"] for d in _spec(b)["linux"]["devices"]}
     assert "/dev/nvidia-caps-imex-channels/channel2" in nodes
     assert "/dev/nvidia-caps-imex-channels/channel0" not in nodes
+
+
+# --- issue 9 §3/§4: hostile sizes and depths -------------------------------------------------------
+
+@pytest.mark.parametrize("ext", ["yaml", "json"])
+def test_a_deeply_nested_spec_does_not_break_other_vendors(shim, fake_runtime, make_bundle, tmp_path, ext):
+    """100k levels in one spec file (YAML crashed the shim, JSON raised RecursionError for
+    every CDI container): the good vendor's device is injected, the bad file is one warning."""
+    _write_cdi_spec(tmp_path / "cdi")
+    n = 100000
+    body = "[" * n + "]" * n
+    (tmp_path / "cdi" / f"0-deep.{ext}").write_text(
+        f'{{"cdiVersion": "0.5.0", "kind": "deep.example/x", "devices": {body}}}' if ext == "json"
+        else f"cdiVersion: 0.5.0\nkind: deep.example/x\ndevices: {body}\n")
+    shim.write_config(f'[nvidia-container-runtime]\nmode = "cdi"\n'
+                      f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{tmp_path}/cdi"]\n')
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=vendor.example/net=a"]))
+    r = shim.run(["create", "--bundle", str(b), "id"])
+    assert r.returncode == 0, r.stderr
+    assert "DEV_A=1" in _spec(b)["process"]["env"]
+    assert "Traceback" not in r.stderr and r.stderr.count("nested deeper than 64 levels") <= 1
+
+
+def test_nested_config_json_is_one_line(shim, fake_runtime, tmp_path):
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / "config.json").write_text('{"ociVersion": "1.0.2", "x": ' + "[" * 100000 + "]" * 100000 + "}")
+    _assert_failed(shim.run(["create", "--bundle", str(b), "id"]), fake_runtime, "config.json",
+                   "nested deeper than 64 levels")
+
+
+def test_visible_devices_past_the_list_limit_is_one_line(shim, fake_runtime, make_bundle):
+    """100k entries took 48 s per create (a pairwise dedupe); now one line, at once."""
+    b = make_bundle(oci_spec(["NVIDIA_VISIBLE_DEVICES=" + ",".join(["0"] * 4097)]))
+    _assert_failed(shim.run(["create", "--bundle", str(b), "id"]), fake_runtime,
+                   "NVIDIA_VISIBLE_DEVICES: 4097 entries, more than the limit of 4096")

@@ -26,6 +26,7 @@ from nct.cdi.names import class_error, vendor_error
 from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
 from nct.errors import NctError, RequestError, SpecError
+from nct.limits import is_number
 
 GPU_MODES = ("auto", "nvml")
 CLASS_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
@@ -327,13 +328,13 @@ def select_for_spec(node: Node, device_ids: tuple[str, ...]) -> tuple[list[Gpu],
             none = True
             continue
         found: Gpu | MigDevice | None = None
-        if dev.isascii() and dev.isdigit():
+        if is_number(dev):
             found = next((g for g in visible if g.index == int(dev)), None)
         elif low.startswith("gpu-"):
             found = next((g for g in visible if g.uuid.lower() == low), None)
         elif low.startswith("mig-"):
             found = next((m for g in visible for m in g.migs if m.uuid and m.uuid.lower() == low), None)
-        elif dev.count(":") == 1 and all(p.isascii() and p.isdigit() for p in dev.split(":")):
+        elif dev.count(":") == 1 and all(is_number(p) for p in dev.split(":")):
             i, j = (int(p) for p in dev.split(":"))
             found = next((m for g in visible if g.index == i for m in g.migs if m.ordinal == j), None)
         if isinstance(found, Gpu):
@@ -393,7 +394,7 @@ def imex_plan(roots: Roots, device_ids: tuple[str, ...]) -> Plan:
             chosen.update(existing)
             continue
         key = dev[len("channel"):] if dev.startswith("channel") else dev
-        if not (key.isascii() and key.isdigit()) or int(key) > IMEX_MAX_CHANNEL:
+        if not is_number(key) or int(key) > IMEX_MAX_CHANNEL:
             raise RequestError(f"invalid IMEX channel {dev!r} (N or channelN, N <= {IMEX_MAX_CHANNEL})")
         if int(key) not in existing:
             raise RequestError(f"unknown IMEX channel: {dev} (no {_show(roots.dev, devs.IMEX_DIR)}/channel{int(key)})")
@@ -410,11 +411,11 @@ def class_plan(mode: str, roots: Roots) -> Plan:
     """gds, mofed, gdrcopy, nvswitch: one `all` device with the class's nodes (gds also
     mounts /run/udev and /etc/cufile.json when present). No nodes is an error."""
     patterns, files = CLASS_DEVICES[mode]
-    nodes: list[DeviceNode] = []
+    by_path: dict[str, DeviceNode] = {}
     for pattern in patterns:
         for n in glob_nodes(roots.dev, pattern):
-            if n.path not in {x.path for x in nodes}:
-                nodes.append(n)
+            by_path.setdefault(n.path, n)
+    nodes = list(by_path.values())
     if not nodes:
         raise NctError(f"{mode} mode: no devices found under {_show(roots.dev, '/dev')} "
                        f"(looked for {', '.join(patterns)})")

@@ -83,10 +83,10 @@ class Registry(Record, frozen=False):
         if missing:
             raise SpecError("unresolvable CDI devices " + ", ".join(missing))
         out: list[dict] = []
-        seen: list[Spec] = []
+        seen: set[int] = set()  # ids of the specs whose own edits are in: linear
         for spec, dev in found:
-            if not any(s is spec for s in seen):
-                seen.append(spec)
+            if id(spec) not in seen:
+                seen.add(id(spec))
                 if spec.edits:
                     out.append(spec.edits)
             out.append(dev["containerEdits"])

@@ -13,8 +13,10 @@ import functools
 import json
 import os
 
+from nct import jsonio
 from nct.cdi import names, version
 from nct.errors import NctError, SpecError
+from nct.limits import MAX_NESTING_DEPTH, read_document, without_gc
 from nct.record import Record, field
 
 TYPE_CHECKING = False
@@ -98,6 +100,30 @@ def _yaml_loader():
     return Loader
 
 
+def _check_yaml_depth(text: str, source: str) -> None:
+    """SpecError when YAML collections nest deeper than MAX_NESTING_DEPTH. Read as the
+    parser's event stream (libyaml's parser is iterative): composing such a document
+    recurses on the C stack and crashes the process, or raises RecursionError."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    try:
+        depth = 0
+        start, end = yaml.CollectionStartEvent, yaml.CollectionEndEvent
+        while True:
+            event = loader.get_event()
+            if event is None:
+                return
+            if isinstance(event, start):
+                depth += 1
+                if depth > MAX_NESTING_DEPTH:
+                    raise SpecError(f"{source}: invalid YAML: nested deeper than {MAX_NESTING_DEPTH} levels")
+            elif isinstance(event, end):
+                depth -= 1
+    finally:
+        loader.dispose()
+
+
 def parse_spec_data(data: bytes | str, source: str, *, fmt: str | None = None) -> tuple[dict, bool]:
     """Decode a spec document. Returns (dict, from_yaml). JSON for fmt 'json' or a .json
     source, YAML otherwise (JSON documents are valid YAML too)."""
@@ -110,14 +136,17 @@ def parse_spec_data(data: bytes | str, source: str, *, fmt: str | None = None) -
         fmt = "json" if source.endswith(".json") or data.lstrip().startswith("{") else "yaml"
     if fmt == "json":
         try:
-            doc = json.loads(data)
+            doc = jsonio.loads(data)
         except json.JSONDecodeError as e:
             raise SpecError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        except ValueError as e:  # nesting beyond nct.limits.MAX_NESTING_DEPTH
+            raise SpecError(f"{source}: invalid JSON: {e}") from None
         from_yaml = False
     else:
         import yaml
         try:
-            docs = [d for d in yaml.load_all(data, Loader=_yaml_loader()) if d is not None]
+            _check_yaml_depth(data, source)
+            docs = [d for d in without_gc(list, yaml.load_all(data, Loader=_yaml_loader())) if d is not None]
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             at = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -321,9 +350,11 @@ def load_spec(path: str, *, priority: int = 0, schema: bool = False, cache: "Spe
                         return Spec(hit, path=path, priority=priority)
                     except (KeyError, TypeError, ValueError, NctError):
                         pass  # not a document we stored: parse the file
-            data = f.read()
+            data = read_document(f)
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+    except ValueError as e:
+        raise SpecError(f"{path}: {e}") from None
     spec = spec_from_data(data, path, priority=priority, schema=schema)
     if key is not None:
         cache.put(key, spec.raw)

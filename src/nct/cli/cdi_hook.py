@@ -8,7 +8,6 @@ read from the container's environment.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -72,9 +71,11 @@ def _state(container_spec: str | None) -> str:
 
     if container_spec:
         return container_root(None, container_spec)
-    data = sys.stdin.read()
+    from nct import jsonio
+    from nct.limits import read_document
+
     try:
-        state = json.loads(data)
+        state = jsonio.loads(read_document(sys.stdin.buffer))
     except ValueError as e:
         raise ContainerError(f"container state on stdin: invalid JSON: {e}") from None
     if not isinstance(state, dict):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from nct.errors import NctError
+from nct.limits import is_number
 
 MAX_REQUIRES = 32
 COMPAT_MODES = ("ldconfig", "mount", "disabled")
@@ -32,7 +33,7 @@ def _imex(values) -> tuple[str, ...]:
         if v.lower() == "all":
             out.append("all")
             continue
-        if not v.isdigit() or int(v) > (1 << 20) - 1:
+        if not is_number(v) or int(v) > (1 << 20) - 1:
             raise _fail(f"error parsing IMEX info: invalid channel ID: {v}")
         out.append(str(int(v)))
     return tuple(out)

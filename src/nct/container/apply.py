@@ -37,6 +37,8 @@ from nct.record import Record
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_FILES = ("params", "version", "registry")
+# fds the worker needs besides one per held source (Python, the root, cgroup, memfd, pipes).
+FD_SLACK = 64
 PIVOTED = ("the container has already pivoted into its root: without open_tree and mount_setattr "
            "(Linux < 5.12) a container can only be configured before it pivots, as a prestart hook does")
 
@@ -61,13 +63,11 @@ class ApplyOptions(Record):
 
 
 def device_rules(edits: ContainerEdits) -> list[DeviceRule]:
-    rules = []
+    rules: dict[DeviceRule, None] = {}  # ordered set: linear in the number of nodes
     for d in edits.device_nodes:
         acc = "".join(c for c in "rwm" if c in (d.permissions or "rw")) or "rw"
-        rule = DeviceRule(d.type if d.type in ("b", "c") else "c", d.major, d.minor, acc)
-        if rule not in rules:
-            rules.append(rule)
-    return rules
+        rules[DeviceRule(d.type if d.type in ("b", "c") else "c", d.major, d.minor, acc)] = None
+    return list(rules)
 
 
 def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions = ApplyOptions(), *,
@@ -137,11 +137,12 @@ class _Source:
     """A host object to mount: a detached mount opened before entering the container (fd),
     or, without the new mount API, its host path and identity (fd -1; see the docstring)."""
 
-    __slots__ = ("fd", "st", "target", "is_dir", "host_path", "attrs")
+    __slots__ = ("fd", "st", "target", "is_dir", "host_path", "attrs", "detached")
 
     def __init__(self, fd: int, st: os.stat_result, target: str, host_path: str, attrs: int) -> None:
         self.fd, self.st, self.target, self.host_path, self.attrs = fd, st, target, host_path, attrs
         self.is_dir = stat.S_ISDIR(st.st_mode)
+        self.detached = fd >= 0
 
 
 def _open_source(host_path: str, target: str, attrs: int) -> _Source:
@@ -157,9 +158,17 @@ def _open_source(host_path: str, target: str, attrs: int) -> _Source:
     return _Source(fd, os.fstat(fd), target, host_path, attrs)
 
 
+def _release(src: _Source) -> None:
+    """Close a source's detached mount once it is attached (or failed to be): only the
+    sources not yet attached hold an fd."""
+    if src.fd >= 0:
+        os.close(src.fd)
+        src.fd = -1
+
+
 def _bind(src: _Source, tfd: int) -> None:
     """Mount `src` onto the target fd (an O_PATH fd resolved inside the root)."""
-    if src.fd >= 0:
+    if src.detached:
         sc.move_mount(src.fd, "", tfd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH, src.target)
         return
     try:
@@ -191,12 +200,13 @@ def _attach(root: Root, src: _Source) -> None:
         _bind(src, tfd)
     finally:
         os.close(tfd)
+        _release(src)
     fd = root.open(src.target)
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != (src.st.st_dev, src.st.st_ino):
             raise ContainerError(f"mount {src.target}: target changed while mounting in container root {root.path}")
-        if src.fd < 0 and src.attrs:
+        if src.attrs and not src.detached:
             _remount(fd, src.attrs, src.target)
     finally:
         os.close(fd)
@@ -290,7 +300,8 @@ def _proc_view(root: Root, files: dict[str, bytes], gpus: list[tuple[str, _Sourc
                 _bind(src, tfd)
             finally:
                 os.close(tfd)
-            if src.fd < 0:
+                _release(src)
+            if src.attrs and not src.detached:
                 fd = os.open(f"gpus/{bus}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=mnt)
                 try:
                     _remount(fd, src.attrs, f"/proc/driver/nvidia/gpus/{bus}")
@@ -327,6 +338,12 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     from nct.container import compat, ldconfig
 
     # -- host side: open everything we will mount or run --
+    # One detached mount (fd) per source is held until the container side attaches (and
+    # closes) it: the fd limit follows the plan, so no number of mounts is too many.
+    held = len(edits.mounts) + (0 if options.no_devbind else len(edits.device_nodes))
+    held += len(edits.proc_driver_gpus or ())
+    if held and sc.new_mount_api():
+        sc.ensure_nofile(held + FD_SLACK, f"mounting {held} files and devices")
     mounts = []
     for m in sorted(edits.mounts, key=lambda m: _depth(m.container_path)):
         if m.type not in (None, "bind", "rbind"):

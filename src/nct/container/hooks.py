@@ -5,14 +5,15 @@ container's environment; processes we start get an empty one."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
 
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root
+from nct import jsonio
 from nct.errors import ContainerError
+from nct.limits import read_document
 
 APP_PROFILE_DIR = "/etc/nvidia/nvidia-application-profiles-rc.d"
 APP_PROFILE_FILE = APP_PROFILE_DIR + "/10-container.conf"
@@ -30,8 +31,8 @@ def container_root(state: dict | None = None, spec_path: str | None = None) -> s
             raise ContainerError("container state has no bundle")
         spec_path = os.path.join(bundle, "config.json")
     try:
-        with open(spec_path) as f:
-            spec = json.load(f)
+        with open(spec_path, "rb") as f:
+            spec = jsonio.loads(read_document(f))
     except OSError as e:
         raise ContainerError(f"{spec_path}: {e.strerror}") from None
     except ValueError as e:

@@ -65,13 +65,16 @@ def _check_static_elf(fd: int, path: str) -> None:
         raise ContainerError(f"ldconfig {path}: not an ELF executable (a script's interpreter would "
                              "be loaded from the container root)")
     end = "<" if head[5] == 1 else ">"
+    if head[4] == 2 and len(head) < 64:
+        raise ContainerError(f"ldconfig {path}: truncated ELF header")
     if head[4] == 2:
         phoff, = struct.unpack_from(end + "Q", head, 32)
         phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
     else:
         phoff, = struct.unpack_from(end + "I", head, 28)
         phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
-    if phentsize < 4 or phnum > 4096:
+    # every field is the file's: bound them by the file before using them as an offset/size
+    if phentsize < 4 or phnum > 4096 or phoff + phentsize * phnum > os.fstat(fd).st_size:
         raise ContainerError(f"ldconfig {path}: malformed ELF program headers")
     table = os.pread(fd, phentsize * phnum, phoff)
     if len(table) < phentsize * phnum:
@@ -120,13 +123,8 @@ def system_dirs(root: Root) -> list[str]:
 
 
 def conf_folders(folders: list[str]) -> list[str]:
-    """Folders with duplicates removed, order kept."""
-    out: list[str] = []
-    for f in folders:
-        f = "/" + f.strip("/")
-        if f not in out:
-            out.append(f)
-    return out
+    """Folders with duplicates removed, order kept (by hash: linear)."""
+    return list(dict.fromkeys("/" + f.strip("/") for f in folders))
 
 
 # Bounds on following the image's ld.so.conf includes (hostile input: cycles, huge globs).
@@ -310,7 +308,8 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
         finally:
             os.close(fd)
         current = [p for line in text.splitlines() for p in line.replace(":", " ").split() if p]
-    new = [f for f in conf_folders(folders) if f not in current]
+    have = set(current)
+    new = [f for f in conf_folders(folders) if f not in have]
     if new:
         root.write_file(path, ("\n".join(current + new) + "\n").encode(), 0o644)
     return True
@@ -429,6 +428,9 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.dup2(err_w, 1)
             devnull = os.open("/dev/null", os.O_RDONLY)
             os.dup2(devnull, 0)
+            # only what ldconfig needs may outlive the fork: the caller's fds (one per
+            # mounted source, say) would exhaust RLIMIT_NOFILE below
+            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)

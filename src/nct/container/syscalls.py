@@ -25,7 +25,7 @@ _NR_LEGACY = {
     "aarch64": {"pivot_root": 41, "bpf": 280, "setns": 268, "unshare": 97},
 }.get(_ARCH, {})
 NR_OPEN_TREE, NR_MOVE_MOUNT, NR_FSOPEN, NR_FSCONFIG, NR_FSMOUNT = 428, 429, 430, 431, 432
-NR_OPENAT2, NR_MOUNT_SETATTR = 437, 442
+NR_CLOSE_RANGE, NR_OPENAT2, NR_MOUNT_SETATTR = 436, 437, 442
 
 # mount(2) flags
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -307,6 +307,49 @@ def limit_caps(keep: tuple[int, ...] | list[int], last_cap: int) -> None:
     data = ctypes.create_string_buffer(struct.pack("IIIIII", lo, lo, lo, hi, hi, hi), 24)
     if _libc.capset(header, data) != 0:
         _raise("capset")
+
+
+def ensure_nofile(need: int, what: str) -> None:
+    """Raise RLIMIT_NOFILE so that `need` fds fit: the soft limit up to the hard one, and the
+    hard one too (CAP_SYS_RESOURCE, up to fs.nr_open) when it is lower. The worker holds one
+    detached mount per source until it has entered the container, so a plan's size, not a
+    fixed number, decides how many it needs."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    new_hard = hard if hard == resource.RLIM_INFINITY or hard >= need else need
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, new_hard))
+    except (OSError, ValueError) as e:
+        raise ContainerError(f"{what} needs {need} open files; the limit is {soft} (hard {hard}) and cannot be "
+                             f"raised ({getattr(e, 'strerror', None) or e}): raise LimitNOFILE of the "
+                             "container engine") from None
+
+
+def close_fds_except(keep: set[int] | frozenset[int]) -> None:
+    """Close every fd from 3 up except `keep`: a forked child must not carry its parent's fds
+    into a process with a low RLIMIT_NOFILE. close_range(2) (Linux >= 5.9), else the fds
+    listed in /proc/self/fd (so call it before leaving the host's /proc)."""
+    ranges, lo = [], 3
+    for fd in sorted(f for f in keep if f >= 3):
+        if fd > lo:
+            ranges.append((lo, fd - 1))
+        lo = fd + 1
+    ranges.append((lo, 0xFFFFFFFF))
+    for first, last in ranges:
+        if _syscall(NR_CLOSE_RANGE, ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(0)) != 0:
+            break
+    else:
+        return
+    for name in os.listdir("/proc/self/fd"):  # the listing's own fd is gone by now: EBADF
+        fd = int(name)
+        if fd >= 3 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def attrs_from_options(options: tuple[str, ...] | list[str]) -> int:

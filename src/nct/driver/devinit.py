@@ -446,6 +446,15 @@ def create_node(node: DevNode) -> bool:
     """mknod `node` (its mode exactly, whatever the umask) unless something exists at its
     path; True when made. Directories below the dev root are opened (and made, 0755) one
     component at a time without following symlinks. Raises OSError."""
+    fd, name = _open_parent(node)
+    try:
+        return _mknod_at(fd, name, node)
+    finally:
+        os.close(fd)
+
+
+def _open_parent(node: DevNode) -> tuple[int, str]:
+    """(fd of the node's parent directory, made as needed without following symlinks, name)."""
     root = node.root or "/"
     rel = node.path[len(root.rstrip("/")):] if root != "/" else node.path
     if root != "/" and not node.path.startswith(root.rstrip("/") + "/"):
@@ -453,45 +462,92 @@ def create_node(node: DevNode) -> bool:
     parts = [p for p in rel.split("/") if p]
     if not parts or ".." in parts:
         raise OSError(22, "invalid device node path", node.path)
-    old = os.umask(0)  # modes exactly as planned (the umask would narrow mknod's and mkdir's)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    old = os.umask(0)  # modes exactly as planned (the umask would narrow mkdir's)
     try:
-        return _create_below(root, parts, node)
+        try:
+            fd = os.open(root, flags)
+        except FileNotFoundError:  # the dev root itself is the admin's: made as given
+            os.makedirs(root, 0o755, exist_ok=True)
+            fd = os.open(root, flags)
+        try:
+            for part in parts[:-1]:
+                try:
+                    nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+        except BaseException:
+            os.close(fd)
+            raise
     finally:
         os.umask(old)
+    return fd, parts[-1]
 
 
-def _create_below(root: str, parts: list[str], node: DevNode) -> bool:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+def _mknod_at(fd: int, name: str, node: DevNode) -> bool:
     try:
-        fd = os.open(root, flags)
-    except FileNotFoundError:  # the dev root itself is the admin's: made as given
-        os.makedirs(root, 0o755, exist_ok=True)
-        fd = os.open(root, flags)
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+        return False
+    except FileNotFoundError:
+        pass
+    old = os.umask(0)
     try:
-        for part in parts[:-1]:
-            try:
-                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        name = parts[-1]
-        try:
-            os.stat(name, dir_fd=fd, follow_symlinks=False)
-            return False
-        except FileNotFoundError:
-            pass
-        try:
-            os.mknod(name, stat.S_IFCHR | (node.mode & 0o7777), os.makedev(node.major, node.minor), dir_fd=fd)
-        except FileExistsError:
-            return False  # raced with udev (or anyone): theirs stands
-        return True
+        os.mknod(name, stat.S_IFCHR | (node.mode & 0o7777), os.makedev(node.major, node.minor), dir_fd=fd)
+    except FileExistsError:
+        return False  # raced with udev (or anyone): theirs stands
     finally:
-        os.close(fd)
+        os.umask(old)
+    return True
+
+
+class MadeNodes:
+    """Device nodes made for one container's request (IMEX channels), to be removed when
+    configuring that container fails. Each is kept as (parent directory fd, name, rdev):
+    the hook enters the container's mount namespace before it knows whether it failed,
+    and a host path would resolve there."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, int] = {}
+        self.made: list[tuple[int, str, int, str]] = []  # (dir fd, name, rdev, host path)
+
+    def make(self, node: DevNode) -> bool:
+        """create_node(), remembering what was made. Raises OSError."""
+        parent = node.path.rsplit("/", 1)[0]
+        fd = self._dirs.get(parent)
+        if fd is None:
+            fd, name = _open_parent(node)
+            self._dirs[parent] = fd
+        else:
+            name = node.path.rsplit("/", 1)[1]
+        if not _mknod_at(fd, name, node):
+            return False
+        self.made.append((fd, name, os.makedev(node.major, node.minor), node.path))
+        return True
+
+    def undo(self) -> list[str]:
+        """Remove the nodes made (those still the very nodes we made); their paths."""
+        gone = []
+        for fd, name, rdev, path in self.made:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev:
+                    os.unlink(name, dir_fd=fd)
+                    gone.append(path)
+            except OSError:
+                pass
+        self.made = []
+        return gone
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs = {}
 
 
 def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOUT) -> tuple[int, str]:

@@ -89,17 +89,23 @@ class ContainerEdits(Record, frozen=False):
             proc_driver_gpus=None if self.proc_driver_gpus is None else list(self.proc_driver_gpus),
             cuda_compat_dir=self.cuda_compat_dir or other.cuda_compat_dir,
         )
-        for e in other.env:
-            key = e.split("=", 1)[0]
-            out.env = [x for x in out.env if x.split("=", 1)[0] != key] + [e]
+        if other.env:  # by key: a later value replaces, in place of the first
+            by_key = {e.split("=", 1)[0]: e for e in out.env}
+            for e in other.env:
+                key = e.split("=", 1)[0]
+                by_key.pop(key, None)
+                by_key[key] = e
+            out.env = list(by_key.values())
         for attr in ("device_nodes", "mounts", "hooks", "symlinks", "ldconfig_folders", "additional_gids"):
             mine = getattr(out, attr)
+            seen = set(mine)  # records and strings hash: linear, whatever the sizes
             for item in getattr(other, attr):
-                if item not in mine:
+                if item not in seen:
+                    seen.add(item)
                     mine.append(item)
         if other.proc_driver_gpus is not None:
             base = out.proc_driver_gpus or []
-            out.proc_driver_gpus = base + [b for b in other.proc_driver_gpus if b not in base]
+            out.proc_driver_gpus = list(dict.fromkeys(base + other.proc_driver_gpus))
         return out
 
     def is_empty(self) -> bool:

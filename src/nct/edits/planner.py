@@ -25,6 +25,7 @@ from nct.errors import RequestError
 from nct.record import Record
 from nct.request.model import ContainerRequest
 from nct.request.requirements import check_requirements
+from nct.limits import is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
@@ -36,6 +37,9 @@ PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
+# Channels a live container may get without the node existing (made with --load-kmods):
+# the driver's default NVreg_ImexChannelCount is 2048 (nct.driver.devinit.IMEX_MAX_CHANNEL).
+IMEX_MAX_CHANNEL = 2047
 
 # Debian multiarch triplets: machine -> (native, 32-bit).
 _TRIPLETS = {
@@ -227,13 +231,13 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
                 b.device(dn)
             continue
         key = str(ch)[len("channel"):] if str(ch).startswith("channel") else str(ch)
-        n = int(key) if key.isascii() and key.isdigit() else None
+        n = int(key) if is_number(key) else None
         dn = by_id.get(n) if n is not None else None
-        if dn is None and n is not None and options.live and major is not None:
+        if dn is None and n is not None and options.live and major is not None and n <= IMEX_MAX_CHANNEL:
             path = f"{IMEX_DIR}/channel{n}"
             dn = DeviceNode(path=path, host_path=node.roots.host(path, node.roots.dev), major=major, minor=n)
         if dn is None:
-            raise RequestError(f"unknown IMEX channel: {ch}")
+            raise RequestError(f"unknown IMEX channel: {shown(str(ch))}")
         b.device(dn)
     return b.edits
 

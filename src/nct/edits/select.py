@@ -13,6 +13,7 @@ from nct.driver.model import Gpu, MigDevice, Node
 from nct.driver.procfs import split_pci_address
 from nct.errors import RequestError
 from nct.record import Record
+from nct.limits import is_number, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,33 +48,34 @@ def visible_gpus(node: Node) -> tuple[Gpu, ...]:
 
 def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
     """Resolve requested ids (a comma string or a sequence) against the node, in request
-    order as libnvidia-container does."""
+    order as libnvidia-container does. Each id is one dict look-up (an index of the node
+    is built once): linear in the number of ids whatever the node's size."""
     if isinstance(ids, str):
         ids = ids.split(",")
     gpus = visible_gpus(node)
-    picked_gpus: list[Gpu] = []
-    picked_migs: list[MigDevice] = []
+    index: _Index | None = None
+    picked_gpus: dict[int, Gpu] = {}  # by id(): ordered sets
+    picked_migs: dict[int, MigDevice] = {}
     for raw in ids:
         dev = raw.strip()
         if not dev:
             continue
         if dev.lower() == "all":
             return Selection(gpus=gpus, migs=tuple(m for g in gpus for m in g.migs), all=True)
-        gpu = _find_gpu(gpus, dev)
+        if index is None:
+            index = _Index(gpus)
+        gpu = index.gpu(dev)
         if gpu is not None:
-            if gpu not in picked_gpus:
-                picked_gpus.append(gpu)
+            picked_gpus.setdefault(id(gpu), gpu)
             continue
-        mig = _find_mig(gpus, dev)
-        if mig is not None:
-            if mig not in picked_migs:
-                picked_migs.append(mig)
-            parent = next(g for g in gpus if g.index == mig.parent_index)
-            if parent not in picked_gpus:
-                picked_gpus.append(parent)
+        found = index.mig(dev)
+        if found is not None:
+            mig, parent = found
+            picked_migs.setdefault(id(mig), mig)
+            picked_gpus.setdefault(id(parent), parent)
             continue
         raise UnknownDevice(dev, _why_unknown(node, dev))
-    return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
+    return Selection(gpus=tuple(picked_gpus.values()), migs=tuple(picked_migs.values()))
 
 
 class UnknownDevice(RequestError):
@@ -81,7 +83,7 @@ class UnknownDevice(RequestError):
     answer; `device` and `why` let front ends word it their way."""
 
     def __init__(self, device: str, why: str | None = None):
-        super().__init__(f"unknown device: {device}" + (f" ({why})" if why else ""))
+        super().__init__(f"unknown device: {shown(device)}" + (f" ({why})" if why else ""))
         self.device = device
         self.why = why
 
@@ -102,10 +104,10 @@ def nvml_needed(node: Node, ids: Iterable[str] | str, *, mig_profiles: bool = Fa
     if isinstance(ids, str):
         ids = ids.split(",")
     ids = [d.strip() for d in ids]
-    gpus = visible_gpus(node)
+    index = _Index(visible_gpus(node))
     for dev in ids:
         kind = dev[:4].upper()
-        if kind == "MIG-" or (kind == "GPU-" and _find_gpu(gpus, dev) is None):
+        if kind == "MIG-" or (kind == "GPU-" and index.gpu(dev) is None):
             return True
     if mig_profiles:
         try:
@@ -115,36 +117,50 @@ def nvml_needed(node: Node, ids: Iterable[str] | str, *, mig_profiles: bool = Fa
     return False
 
 
-def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:
-    if dev[:4].upper() == "GPU-" and len(dev) > 4:
-        for g in gpus:
-            if g.uuid.lower() == dev.lower():
-                return g
-    bus = normalise_bus_id(dev)
-    if bus is not None:
-        for g in gpus:
-            if normalise_bus_id(g.bus_id) == bus:
-                return g
-    if dev.isascii() and dev.isdigit():
-        n = int(dev)
-        for g in gpus:
-            if g.index == n:
-                return g
-    return None
+class _Index:
+    """The visible GPUs and MIG devices by every spelling an id may use (first one wins,
+    in node order, as a scan would find it)."""
 
-
-def _find_mig(gpus: tuple[Gpu, ...], dev: str) -> MigDevice | None:
-    if dev[:4].upper() == "MIG-" and len(dev) > 4:
+    def __init__(self, gpus: tuple[Gpu, ...]) -> None:
+        self.by_uuid: dict[str, Gpu] = {}
+        self.by_bus: dict[str, Gpu] = {}
+        self.by_index: dict[int, Gpu] = {}
+        self.mig_by_uuid: dict[str, tuple[MigDevice, Gpu]] = {}
+        self.mig_by_ij: dict[tuple[int, int], tuple[MigDevice, Gpu]] = {}
+        for g in gpus:
+            self.by_uuid.setdefault(g.uuid.lower(), g)
+            bus = normalise_bus_id(g.bus_id)
+            if bus is not None:
+                self.by_bus.setdefault(bus, g)
+            self.by_index.setdefault(g.index, g)
         for g in gpus:
             for m in g.migs:
-                if m.uuid and m.uuid.lower() == dev.lower():
-                    return m
-    gi, colon, mi = dev.partition(":")
-    if colon and gi.isascii() and gi.isdigit() and mi.isascii() and mi.isdigit():
-        i, j = int(gi), int(mi)
-        for g in gpus:
-            if g.index == i:
-                for mig in g.migs:
-                    if mig.ordinal == j:
-                        return mig
-    return None
+                entry = (m, self._parent(gpus, m))
+                if m.uuid:
+                    self.mig_by_uuid.setdefault(m.uuid.lower(), entry)
+                self.mig_by_ij.setdefault((g.index, m.ordinal), entry)
+
+    def _parent(self, gpus: tuple[Gpu, ...], mig: MigDevice) -> Gpu:
+        return self.by_index.get(mig.parent_index) or next(g for g in gpus if g.index == mig.parent_index)
+
+    def gpu(self, dev: str) -> Gpu | None:
+        if dev[:4].upper() == "GPU-" and len(dev) > 4:
+            hit = self.by_uuid.get(dev.lower())
+            if hit is not None:
+                return hit
+        bus = normalise_bus_id(dev)
+        if bus is not None and bus in self.by_bus:
+            return self.by_bus[bus]
+        if is_number(dev):
+            return self.by_index.get(int(dev))
+        return None
+
+    def mig(self, dev: str) -> tuple[MigDevice, Gpu] | None:
+        if dev[:4].upper() == "MIG-" and len(dev) > 4:
+            hit = self.mig_by_uuid.get(dev.lower())
+            if hit is not None:
+                return hit
+        gi, colon, mi = dev.partition(":")
+        if colon and is_number(gi) and is_number(mi):
+            return self.mig_by_ij.get((int(gi), int(mi)))
+        return None

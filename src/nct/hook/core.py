@@ -80,8 +80,9 @@ def init_driver(settings: Settings, request: ContainerRequest | None = None):
         return None
     from nct.driver.devinit import init_driver as _init
 
-    channels = request.imex_channels if request is not None else ()
-    report = _init(settings.roots, imex_channels=channels, create_imex_channels=not settings.no_create_imex_channels)
+    # IMEX channel nodes are the request's own: made by configure(), once the whole request
+    # has been planned and checked (a request that fails leaves no node behind)
+    report = _init(settings.roots, create_imex_channels=False)
     log.debug("load-kmods: %s", report)
     return report
 
@@ -170,7 +171,38 @@ def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: i
     edits = prepared.edits
     if request.cuda_compat_mode not in ("ldconfig", "mount"):
         edits = edits.replace(cuda_compat_dir=None)
-    apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process)
+    made = make_request_nodes(edits, settings)
+    try:
+        apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process)
+    except BaseException:
+        if made is not None:
+            log.debug("removed the nodes made for this container: %s", made.undo())
+        raise
+    finally:
+        if made is not None:
+            made.close()
+
+
+def make_request_nodes(edits: ContainerEdits, settings: Settings):
+    """With load-kmods (and IMEX channel creation on): mknod the planned IMEX channel nodes
+    the host lacks (upstream's --load-kmods does for requested channels). Called only
+    after the whole request has been planned. Returns the devinit.MadeNodes, or None."""
+    if not settings.load_kmods or settings.no_create_imex_channels:
+        return None
+    from nct.driver.devinit import DevNode, MadeNodes, rooted
+    from nct.edits.planner import IMEX_DIR
+
+    dev_root = settings.roots.dev or "/"
+    made = MadeNodes()
+    for d in edits.device_nodes:
+        if not d.path.startswith(IMEX_DIR + "/") or d.host_path != rooted(dev_root, d.path):
+            continue
+        try:
+            if made.make(DevNode(d.host_path, d.major, d.minor, 0o666, dev_root)):
+                log.debug("created %s (%d:%d)", d.host_path, d.major, d.minor)
+        except OSError as e:  # the apply step names the missing node
+            log.debug("could not create device node %s: %s", d.host_path, e.strerror or e)
+    return made
 
 
 def check_rootfs(rootfs: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from nct import jsonio
+from nct.limits import read_document
 from nct.log import get_logger
 from nct.errors import SpecError
 
@@ -48,9 +49,13 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
-            spec = jsonio.loads(f.read())
+            data = read_document(f)
     except OSError as e:
         raise SpecError(f"{path}: {e.strerror}") from None
+    except ValueError as e:
+        raise SpecError(f"{path}: {e}") from None
+    try:
+        spec = jsonio.loads(data)
     except ValueError as e:
         raise SpecError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(spec, dict):

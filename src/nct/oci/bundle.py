@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 
+from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
+from nct.limits import read_document
 
 CONFIG_NAME = "config.json"
 
@@ -24,17 +26,21 @@ def read_spec_file(path: str) -> dict:
     a document that is not an object."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = read_document(f)
+    except ValueError as e:
+        raise SpecError(f"{path}: {e}") from None
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file (is the bundle path right?)") from None
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
     try:
-        spec = json.loads(data)
+        spec = jsonio.loads(data)
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text at byte {e.start}") from None
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except ValueError as e:
+        raise SpecError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(spec, dict):
         raise SpecError(f"{path}: the OCI spec must be a JSON object, not {_typename(spec)}")
     return spec

@@ -101,6 +101,12 @@ def _depth(dest: str) -> int:
     return os.path.normpath(dest).count("/")
 
 
+def _key(entry: dict, name: str) -> str | None:
+    """entry[name] when it is a string (a spec may hold anything: only strings match)."""
+    v = entry.get(name)
+    return v if isinstance(v, str) else None
+
+
 def sort_mounts(mounts: list) -> None:
     """Stable sort by path depth, then destination (parents before children)."""
     mounts.sort(key=lambda m: (_depth(m.get("destination", "")), m.get("destination", "")))
@@ -135,6 +141,7 @@ def apply_cdi_edits(spec: dict, edits: dict) -> dict:
         linux = _obj(spec, "linux", "linux")
         devices = _lst(linux, "devices", "linux.devices")
         rules = None
+        added: dict[str, dict] = {}  # by path, the last one wins (appended after the others)
         for raw in nodes:
             d = fill_device_node(raw)
             dev: dict = {"path": d["path"], "type": d["type"], "major": d.get("major", 0),
@@ -147,8 +154,8 @@ def apply_cdi_edits(spec: dict, edits: dict) -> dict:
                 dev["uid"] = uid
             if gid is not None:
                 dev["gid"] = gid
-            devices[:] = [x for x in devices if not (isinstance(x, dict) and x.get("path") == dev["path"])]
-            devices.append(dev)
+            added.pop(dev["path"], None)
+            added[dev["path"]] = dev
             if dev["type"] in ("b", "c"):
                 access = d.get("permissions") or "rwm"
                 if access == "none":
@@ -158,19 +165,25 @@ def apply_cdi_edits(spec: dict, edits: dict) -> dict:
                                  "linux.resources.devices")
                 rules.append({"allow": True, "type": dev["type"], "major": dev["major"],
                               "minor": dev["minor"], "access": access})
+        # one pass over the existing devices: linear in the spec's and the edits' sizes
+        devices[:] = [x for x in devices if not (isinstance(x, dict) and _key(x, "path") in added)]
+        devices.extend(added.values())
 
     mounts_new = edits.get("mounts") or []
     if mounts_new:
         mounts = _lst(spec, "mounts", "mounts")
+        new_mounts: dict[str, dict] = {}  # by destination, the last one wins
         for m in mounts_new:
-            mounts[:] = [x for x in mounts if not (isinstance(x, dict) and x.get("destination") == m["containerPath"])]
             om: dict = {"destination": m["containerPath"]}
             if m.get("type"):
                 om["type"] = m["type"]
             om["source"] = m["hostPath"]
             if m.get("options"):
                 om["options"] = list(m["options"])
-            mounts.append(om)
+            new_mounts.pop(om["destination"], None)
+            new_mounts[om["destination"]] = om
+        mounts[:] = [x for x in mounts if not (isinstance(x, dict) and _key(x, "destination") in new_mounts)]
+        mounts.extend(new_mounts.values())
         sort_mounts(mounts)
 
     for h in edits.get("hooks") or []:
@@ -192,8 +205,10 @@ def apply_cdi_edits(spec: dict, edits: dict) -> dict:
     if gids:
         user = _obj(_obj(spec, "process", "process"), "user", "process.user")
         have = _lst(user, "additionalGids", "process.user.additionalGids")
+        seen = {g for g in have if isinstance(g, int)}
         for g in gids:
-            if g not in have:
+            if g not in seen:
+                seen.add(g)
                 have.append(g)
 
     for nd in edits.get("netDevices") or []:

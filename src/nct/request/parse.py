@@ -14,6 +14,7 @@ from nct.log import get_logger
 from nct.driver.model import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from nct.errors import RequestError
 from nct.request.model import ContainerRequest, is_qualified_cdi_name
+from nct.limits import MAX_ENV_VALUE, MAX_LIST_ENTRIES, is_number, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,6 +70,7 @@ def request_from_spec(spec: dict, cfg: Config, *, runtime: bool = False,
         raise RequestError("invalid OCI spec: expected a JSON object")
     use_annotations = runtime if annotations is None else annotations
     env = spec_env(spec)
+    check_env_sizes(env, [n.strip() for n in (cfg.swarm_resource or "").split(",")])
     privileged = is_privileged(spec)
     legacy = is_legacy_image(env)
 
@@ -81,6 +83,7 @@ def request_from_spec(spec: dict, cfg: Config, *, runtime: bool = False,
     mount_requests: list[str] | None = None
     if devices is None and cfg.accept_nvidia_visible_devices_as_volume_mounts:
         mount_requests = requests_from_mounts(spec)
+        check_list_length(len(mount_requests), f"device mounts under {MOUNTS_ROOT}")
         found = devices_from_mount_requests(mount_requests)
         if found:
             devices, source = _normalise_list(found), "mounts"
@@ -229,7 +232,8 @@ def devices_from_annotations(spec: dict, prefixes: tuple[str, ...] | list[str]) 
         value = annotations[key]
         if not isinstance(value, str):
             raise RequestError(f"invalid OCI spec: annotation {key!r} must be a string")
-        devices.extend(d.strip() for d in value.split(",") if d.strip())
+        devices.extend(_split_list(value, f"annotation {key}"))
+        check_list_length(len(devices), "CDI annotations")
     return devices
 
 
@@ -298,8 +302,23 @@ def _visible_env_names(env: dict[str, str], swarm_resource: str) -> list[str]:
     return present or [VISIBLE_DEVICES]
 
 
-def _split_list(value: str) -> list[str]:
+def _split_list(value: str, what: str = "list") -> list[str]:
+    """Comma-separated entries; RequestError past MAX_LIST_ENTRIES (empty ones count)."""
+    check_list_length(value.count(",") + 1, what)
     return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def check_list_length(n: int, what: str) -> None:
+    if n > MAX_LIST_ENTRIES:
+        raise RequestError(f"{what}: {n} entries, more than the limit of {MAX_LIST_ENTRIES}")
+
+
+def check_env_sizes(env: dict[str, str], extra: list[str] | tuple[str, ...] = ()) -> None:
+    """RequestError for a value longer than MAX_ENV_VALUE among the variables nct reads
+    (NVIDIA_*, CUDA_VERSION, the swarm-resource ones in `extra`)."""
+    for key, value in env.items():
+        if len(value) > MAX_ENV_VALUE and (key.startswith("NVIDIA_") or key == CUDA_VERSION or key in extra):
+            raise RequestError(f"{key}: value of {len(value)} characters, longer than the limit of {MAX_ENV_VALUE}")
 
 
 def _normalise_list(items: list[str]) -> tuple[str, ...] | None:
@@ -320,7 +339,8 @@ def devices_from_env(env: dict[str, str], names: list[str], legacy: bool) -> tup
     for name in names:
         if name in env:
             is_set = True
-            items.extend(_split_list(env[name]))
+            items.extend(_split_list(env[name], name))
+    check_list_length(len(items), "+".join(names))
     if not is_set and legacy:
         return ("all",)
     return _normalise_list(items)
@@ -340,8 +360,8 @@ def capabilities_from_env(env: dict[str, str], supported: str, legacy: bool, *,
     value = env.get(DRIVER_CAPABILITIES, "")
     if not value:
         return frozenset(supported_set & set(DEFAULT_CAPABILITIES))
-    requested = _caps_set(value)
-    if "all" in _split_list(value):
+    requested = _caps_set(value, DRIVER_CAPABILITIES)
+    if "all" in _split_list(value, DRIVER_CAPABILITIES):
         return frozenset(supported_set)
     granted = supported_set & requested
     missing = sorted(requested - granted)
@@ -351,8 +371,8 @@ def capabilities_from_env(env: dict[str, str], supported: str, legacy: bool, *,
     return frozenset(granted)
 
 
-def _caps_set(value: str) -> set[str]:
-    items = _split_list(value)
+def _caps_set(value: str, what: str = "supported-driver-capabilities") -> set[str]:
+    items = _split_list(value, what)
     if "all" in items:
         return set(ALL_CAPABILITIES)
     return set(items)
@@ -386,7 +406,7 @@ def imex_channels(env: dict[str, str], cfg: Config, privileged: bool, spec: dict
     if not channels:
         if IMEX_CHANNELS not in env:
             return ()
-        items = _split_list(env[IMEX_CHANNELS])
+        items = _split_list(env[IMEX_CHANNELS], IMEX_CHANNELS)
         normal = _normalise_list(items)
         if not normal or normal == ("all",):
             return ()
@@ -394,13 +414,14 @@ def imex_channels(env: dict[str, str], cfg: Config, privileged: bool, spec: dict
             log.warning("ignoring %s in unprivileged container", IMEX_CHANNELS)
             return ()
         channels = list(normal)
+    check_list_length(len(channels), IMEX_CHANNELS)
     return tuple(dict.fromkeys(_imex_id(c) for c in channels))
 
 
 def _imex_id(value: str) -> str:
     digits = value[len("channel"):] if value.startswith("channel") else value
     if not digits.isdigit() or not digits.isascii() or len(digits) > 9 or int(digits) > MAX_IMEX_CHANNEL:
-        raise RequestError(f"invalid IMEX channel: {value!r} (expected a number below {MAX_IMEX_CHANNEL + 1})")
+        raise RequestError(f"invalid IMEX channel: {shown(value)!r} (expected a number below {MAX_IMEX_CHANNEL + 1})")
     return str(int(digits))
 
 
@@ -409,8 +430,8 @@ def legacy_cuda_requirement(cuda_version: str) -> str:
     import re
 
     m = re.match(_SEMVER, cuda_version[1:] if cuda_version.startswith("v") else cuda_version)
-    if not m or int(m.group(1)) >= 1 << 32 or int(m.group(2) or 0) >= 1 << 32:
-        raise RequestError(f"invalid CUDA_VERSION: {cuda_version!r} (expected a version like 12.4.1)")
+    if not m or not all(is_number(g) for g in m.groups("0")[:2]) or int(m.group(1)) >= 1 << 32 or int(m.group(2) or 0) >= 1 << 32:
+        raise RequestError(f"invalid CUDA_VERSION: {shown(cuda_version)!r} (expected a version like 12.4.1)")
     return f"cuda>={m.group(1)}.{m.group(2) or 0}"
 
 

@@ -11,6 +11,7 @@ term is never looked at.
 from __future__ import annotations
 
 from nct.errors import RequirementError
+from nct.limits import MAX_NUMBER_DIGITS, shown
 from nct.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
@@ -59,6 +60,8 @@ def _version_key(v: str) -> tuple[int, ...]:
         raise _Invalid(v)
     parts = v.split(".")
     if not parts[0] and len(v) > 0:  # a leading dot: upstream's number parse fails
+        raise _Invalid(v)
+    if any(len(p) > MAX_NUMBER_DIGITS for p in parts):  # int() is slow on, then refuses, huge ones
         raise _Invalid(v)
     nums = [int(p) for p in parts if p]
     while nums and nums[-1] == 0:
@@ -115,7 +118,7 @@ def evaluate(expr: str, facts: Facts) -> None:
             if ok:
                 break
     except _Invalid:
-        raise RequirementError(f"invalid expression: {expr}") from None
+        raise RequirementError(f"invalid expression: {shown(expr)}") from None
     if not ok:
         first = next((t for t in expr.split(" ") if t), "")
         if first.startswith("cuda>="):

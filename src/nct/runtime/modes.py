@@ -66,12 +66,10 @@ def resolve_mode(mode: str, devices: tuple[str, ...] | None, *, tegra: bool = Fa
 def qualify(devices: tuple[str, ...], default_kind: str) -> list[str]:
     """Fully-qualified, deduplicated CDI names; `none` (no devices) -> `<kind>=none`."""
     names = list(devices) or [""]
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered set: linear in the number of names
     for d in names:
-        q = d if is_qualified(d) else f"{default_kind}={d or 'none'}"
-        if q not in out:
-            out.append(q)
-    return out
+        out[d if is_qualified(d) else f"{default_kind}={d or 'none'}"] = None
+    return list(out)
 
 
 def split_jit(names: list[str]) -> list[str] | None:
