@@ -66,19 +66,30 @@ class _HookGroup(click.Group):
 
 
 def _state(container_spec: str | None) -> str:
-    """Container root from --container-spec, or from the OCI state JSON on stdin."""
+    """Container root from the OCI state: on stdin, or in the file --container-spec names
+    (upstream's meaning; "-" is stdin). A file without `bundle` is taken as the bundle's
+    config.json itself (nct's older reading of the flag)."""
     from nct.container.hooks import container_root
     from nct.errors import ContainerError
 
-    if container_spec:
-        return container_root(None, container_spec)
-    data = sys.stdin.read()
+    where = "container state on stdin"
+    if container_spec and container_spec != "-":
+        where = container_spec
+        try:
+            with open(container_spec) as f:
+                data = f.read()
+        except OSError as e:
+            raise ContainerError(f"{container_spec}: {e.strerror}") from None
+    else:
+        data = sys.stdin.read()
     try:
         state = json.loads(data)
     except ValueError as e:
-        raise ContainerError(f"container state on stdin: invalid JSON: {e}") from None
+        raise ContainerError(f"{where}: invalid JSON: {e}") from None
     if not isinstance(state, dict):
-        raise ContainerError("container state on stdin: not a JSON object")
+        raise ContainerError(f"{where}: not a JSON object")
+    if container_spec and container_spec != "-" and "bundle" not in state:
+        return container_root(None, container_spec)
     return container_root(state)
 
 
