@@ -151,3 +151,20 @@ def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
     uuids = [g["uuid"] for g in json.loads((sim_node / "node.json").read_text())["gpus"]]
     smi = (out / "smi").read_text()
     assert uuids[2] in smi and not any(u in smi for i, u in enumerate(uuids) if i != 2), smi
+
+
+@pytest.mark.parametrize("mode", ["auto", "cdi", "jit-cdi"])
+def test_stale_nvidia_hook_removed_without_gpus(runc, tmp_path, mode):
+    """issue 12 #9: a spec that still carries a prestart hook to a removed
+    nvidia-container-runtime-hook (docker --gpus, an old config) and asks for no GPU: upstream
+    removes the hook in these modes, so the container runs. Real runc runs the spec."""
+    runc.config.write_text(f'[nvidia-container-runtime]\nmode = "{mode}"\n')
+    bundle, out = runc_bundle(tmp_path, "echo ran > /out/result")
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["hooks"] = {"prestart": [{"path": str(tmp_path / "removed/nvidia-container-runtime-hook"),
+                                   "args": ["nvidia-container-runtime-hook", "prestart"]}]}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    runc.run_to_exit(bundle)
+    assert (out / "result").read_text() == "ran\n"
+    assert "hooks" not in json.loads((bundle / "config.json").read_text()) or \
+        not json.loads((bundle / "config.json").read_text())["hooks"].get("prestart")
