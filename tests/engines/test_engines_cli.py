@@ -149,3 +149,20 @@ def test_oci_hook_mode(tmp_path):
     out = tmp_path / "hooks.d" / "oci-nvidia-hook.json"
     r = ctk("runtime", "configure", "--config-mode", "oci-hook", "--oci-hook-path", str(out))
     assert r.returncode == 0 and json.loads(out.read_text())["hook"]["path"] == "/usr/bin/nvidia-container-runtime-hook"
+
+
+@pytest.mark.parametrize("engine", ["docker", "containerd", "crio"])
+@pytest.mark.parametrize("mode", ["config", "config-file"])
+def test_config_mode_config_is_config_file(tmp_path, engine, mode):
+    """issue 12 #10: upstream accepts --config-mode config as config-file: the same edit."""
+    base = ["runtime", "configure", "--runtime", engine, "--config", str(tmp_path / "engine.conf"), "--dry-run"]
+    ref = ctk(*base)
+    r = ctk(*base, f"--config-mode={mode}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ref.stdout and "nvidia" in r.stdout
+
+
+def test_config_mode_unknown_is_one_line_error(tmp_path):
+    r = ctk("runtime", "configure", "--config", str(tmp_path / "d.json"), "--config-mode", "bogus")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "bogus" in r.stderr
+    assert not (tmp_path / "d.json").exists()
