@@ -273,3 +273,17 @@ def test_forced_mode_overrides_config(tmp_path):
     fb = FakeBackend()
     handle_create(["create", "-b", str(b), "id"], settings, "cdi", LOG, {}, fb)
     assert fb.calls == [("cdi", ("nvidia.com/gpu=0",), ("/etc/cdi", "/var/run/cdi"))]
+
+
+def test_unknown_deep_field_strict_and_lenient(tmp_path):
+    """issue 12 #13: as upstream, an unknown field at any depth fails `create` (file untouched)."""
+    spec = _spec(["NVIDIA_VISIBLE_DEVICES=0"])
+    spec["linux"] = {"resources": {"devices": [{"allow": False, "access": "rwm", "future": 1}]}}
+    b, settings = _bundle(tmp_path, spec)
+    before = _snapshot(b / "config.json")
+    with pytest.raises(SpecError, match=r"linux\.resources\.devices\[0\]\.future"):
+        handle_create(["create", "-b", str(b), "id"], settings, None, LOG, {}, FakeBackend())
+    assert _snapshot(b / "config.json") == before
+    (tmp_path / "config.toml").write_text("[features]\nallow-unknown-oci-spec-fields = true\n")
+    assert handle_create(["create", "-b", str(b), "id"], settings, None, LOG, {}, FakeBackend())
+    assert json.loads((b / "config.json").read_text())["linux"]["resources"]["devices"][0]["future"] == 1
