@@ -519,6 +519,9 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
                         os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
                         os._exit(125)
                 os.chdir("/")
+                from nct.sigreset import default_signals
+
+                default_signals()
                 os.execve(MODPROBE, [MODPROBE, module], {})
             except OSError as e:
                 os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())

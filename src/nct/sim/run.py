@@ -209,6 +209,9 @@ def run(directory: str, argv: list[str]) -> int:
     if not argv:
         raise SimError("nct sim run: no command given (usage: nct sim run DIR -- CMD...)")
     enter(directory)
+    from nct.sigreset import default_signals
+
+    default_signals()
     try:
         os.execvp(argv[0], argv)
     except OSError as e:
