@@ -168,3 +168,20 @@ def test_stale_nvidia_hook_removed_without_gpus(runc, tmp_path, mode):
     assert (out / "result").read_text() == "ran\n"
     assert "hooks" not in json.loads((bundle / "config.json").read_text()) or \
         not json.loads((bundle / "config.json").read_text())["hooks"].get("prestart")
+
+
+@pytest.mark.parametrize("caps, i386", [("", False), ("compute,utility", False), ("all", True),
+                                        ("compute,utility,compat32", True)])
+def test_jit_cdi_i386_libraries_only_with_compat32(runc, tmp_path, sim_node, caps, i386):
+    """issue 12 #11: upstream's jit-cdi spec has no 32-bit driver library; nct adds them only
+    for the compat32 capability (which `all` grants, as in the legacy hook)."""
+    if not any(n.startswith("libcuda.so") for n in os.listdir(sim_node / "root/usr/lib/i386-linux-gnu")):
+        pytest.skip("the simulated node has no i386 libraries (gcc -m32 missing)")
+    runc.config.write_text(f'[nvidia-container-cli]\nroot = "{sim_node}/root"\n')
+    runc.env["NCT_PROC_ROOT"] = str(sim_node / "root" / "proc")
+    env = ["NVIDIA_VISIBLE_DEVICES=0"] + ([f"NVIDIA_DRIVER_CAPABILITIES={caps}"] if caps else [])
+    bundle, out = runc_bundle(tmp_path, "ls /usr/lib/i386-linux-gnu > /out/i386 2>&1; ls /usr/lib/x86_64-linux-gnu > /out/lib",
+                              env)
+    runc.run_to_exit(bundle)
+    assert any(n.startswith("libcuda.so.") for n in (out / "lib").read_text().split())
+    assert any(n.startswith("libcuda.so.") for n in (out / "i386").read_text().split()) == i386

@@ -50,7 +50,9 @@ class PlanOptions(Record):
     library dirs for the live target (see container_lib_dirs). `capabilities` is filled in
     by plan() so that gpu_edits can decide on DRM nodes for a live container. `no_devbind`
     is carried to ApplyOptions (nodes are still planned: cgroup rules); `no_additional_gids`
-    is features.no-additional-gids-for-device-nodes (spec)."""
+    is features.no-additional-gids-for-device-nodes (spec). `compat32`: a spec gets the
+    i386 driver libraries too (upstream's specs never have them; plan() sets it when the
+    container's capabilities include compat32)."""
 
     target: str = "live"
     lib_dir: str = "/usr/lib/x86_64-linux-gnu"
@@ -67,6 +69,7 @@ class PlanOptions(Record):
     no_additional_gids: bool = False
     check_requirements: bool = True
     cuda_compat_dir: str = DEFAULT_COMPAT_DIR
+    compat32: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in ("live", "spec"):
@@ -99,6 +102,7 @@ def plan(node: Node, request: ContainerRequest, options: PlanOptions | None = No
         mig_config=options.mig_config if options.mig_config is not None else request.mig_config,
         mig_monitor=options.mig_monitor if options.mig_monitor is not None else request.mig_monitor,
         imex_channels=options.imex_channels or tuple(request.imex_channels),
+        compat32=options.compat32 or "compat32" in caps,
     )
     selection = select_devices(node, request.devices)
     if opts.check_requirements and request.requirements:
@@ -341,7 +345,7 @@ def _spec_driver(b: _Builder, node: Node, o: PlanOptions) -> None:
                      key=lambda d: order.index(posixpath.basename(d.path))
                      if posixpath.basename(d.path) in order else len(order)):
         b.device(dn)
-    for kind in ("lib", "lib32"):
+    for kind in ("lib", "lib32") if o.compat32 else ("lib",):
         libs = [f for f in node.files if f.kind == kind]
         _libraries(b, libs, lambda f: posixpath.dirname(f.container_path), graphics=True)
         for f in libs:
