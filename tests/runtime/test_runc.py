@@ -185,3 +185,33 @@ def test_jit_cdi_i386_libraries_only_with_compat32(runc, tmp_path, sim_node, cap
     runc.run_to_exit(bundle)
     assert any(n.startswith("libcuda.so.") for n in (out / "lib").read_text().split())
     assert any(n.startswith("libcuda.so.") for n in (out / "i386").read_text().split()) == i386
+
+
+@pytest.fixture(scope="module")
+def mig_node(tmp_path_factory):
+    """A simulated 2-GPU node, GPU 1 in MIG mode with 2 devices."""
+    d = tmp_path_factory.mktemp("mig") / "node"
+    r = subprocess.run([entry_point("nct"), "sim", "create", str(d), "--gpus", "2", "--mig", "1:2", "--no-lib32"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"nct sim create failed: {r.stderr.strip()}")
+    return d
+
+
+@pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])
+@pytest.mark.parametrize("which", ["index", "uuid"])
+def test_mig_slice_gets_no_parent_drm_nodes(runc, tmp_path, mig_node, mode, which):
+    """issue 12 #14: a container given one MIG device gets the parent's /dev/nvidiaN and the
+    MIG caps, never the whole GPU's /dev/dri card/render nodes (graphics asked for)."""
+    node = json.loads((mig_node / "node.json").read_text())
+    mig = node["gpus"][1]["migs"][0]
+    dev = "1:0" if which == "index" else mig["uuid"]
+    runc.config.write_text(f'[nvidia-container-runtime]\nmode = "{mode}"\n'
+                           f'[nvidia-container-cli]\nroot = "{mig_node}/root"\n')
+    runc.env["NCT_PROC_ROOT"] = str(mig_node / "root" / "proc")
+    bundle, out = runc_bundle(tmp_path, "ls -R /dev > /out/dev 2>&1",
+                              [f"NVIDIA_VISIBLE_DEVICES={dev}", "NVIDIA_DRIVER_CAPABILITIES=utility,graphics,display"])
+    runc.run_to_exit(bundle)
+    devs = (out / "dev").read_text().split()
+    assert "nvidia1" in devs and "nvidia0" not in devs
+    assert not [d for d in devs if d.startswith(("card", "renderD"))], devs

@@ -109,7 +109,10 @@ def plan(node: Node, request: ContainerRequest, options: PlanOptions | None = No
         check_requirements(node, selection, request.requirements)
     edits = common_edits(node, caps, opts)
     for gpu in selection.gpus:
-        edits = edits.merge(gpu_edits(node, gpu, opts))
+        # a MIG slice never gets its parent's DRM nodes (upstream), nor does `all` in a spec
+        # give them for a MIG-enabled GPU (upstream's spec has no full entry for one)
+        drm = gpu.index not in selection.mig_parents and (opts.live or not (selection.all and gpu.mig_enabled))
+        edits = edits.merge(gpu_edits(node, gpu, opts, drm=drm))
     for mig in selection.migs:
         edits = edits.merge(mig_edits(node, mig, opts))
     if opts.live:
@@ -143,14 +146,15 @@ def common_edits(node: Node, capabilities, options: PlanOptions | None = None) -
     return b.edits
 
 
-def gpu_edits(node: Node, gpu: Gpu, options: PlanOptions | None = None) -> ContainerEdits:
+def gpu_edits(node: Node, gpu: Gpu, options: PlanOptions | None = None, *, drm: bool = True) -> ContainerEdits:
     """One full GPU: its /dev/nvidiaN node; live: its /proc/driver/nvidia/gpus dir (and DRM
-    nodes with graphics/display); spec: its DRM nodes and their by-path links."""
+    nodes with graphics/display); spec: its DRM nodes and their by-path links. `drm=False`
+    for a GPU selected only as a MIG device's parent."""
     options = options or PlanOptions()
     b = _Builder(node, options)
     b.device(gpu.device)
     caps = options.capabilities or frozenset()
-    if not options.live or caps & {"graphics", "display"}:
+    if drm and (not options.live or caps & {"graphics", "display"}):
         _drm(b, gpu)
     if options.live:
         b.edits.proc_driver_gpus = [posixpath.basename(gpu.proc_dir.rstrip("/")) or gpu.bus_id]

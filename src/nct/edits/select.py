@@ -22,11 +22,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Selection(Record):
-    """Selected devices in node order; `all` records that `all` was asked for."""
+    """Selected devices in node order; `all` records that `all` was asked for.
+    `mig_parents`: indices of GPUs in `gpus` only because one of their MIG devices was
+    asked for (they get their /dev/nvidiaN, never the whole GPU's DRM nodes)."""
 
     gpus: tuple[Gpu, ...] = ()
     migs: tuple[MigDevice, ...] = ()
     all: bool = False
+    mig_parents: tuple[int, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)
@@ -53,6 +56,7 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
     gpus = visible_gpus(node)
     picked_gpus: list[Gpu] = []
     picked_migs: list[MigDevice] = []
+    full: set[int] = set()
     for raw in ids:
         dev = raw.strip()
         if not dev:
@@ -61,6 +65,7 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
             return Selection(gpus=gpus, migs=tuple(m for g in gpus for m in g.migs), all=True)
         gpu = _find_gpu(gpus, dev)
         if gpu is not None:
+            full.add(gpu.index)
             if gpu not in picked_gpus:
                 picked_gpus.append(gpu)
             continue
@@ -73,7 +78,8 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
                 picked_gpus.append(parent)
             continue
         raise RequestError(f"unknown device: {dev}")
-    return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs))
+    return Selection(gpus=tuple(picked_gpus), migs=tuple(picked_migs),
+                     mig_parents=tuple(g.index for g in picked_gpus if g.index not in full))
 
 
 def _find_gpu(gpus: tuple[Gpu, ...], dev: str) -> Gpu | None:
