@@ -243,3 +243,34 @@ def test_privileged_table(bounding, privileged):
     cfg = Config(accept_nvidia_visible_devices_envvar_when_unprivileged=False)
     req = request_from_spec(s, cfg)
     assert (req is not None) == privileged
+
+
+# --- CDI device requests in annotations (the runtime's cdi/auto modes) --------------------------
+ANNOTATION_ROWS = [
+    # prefixes, annotations, qualified devices (None: not a GPU container)
+    ((), {"prefix/foo": "example.com/device=bar"}, None),
+    (("not-prefix/",), {"prefix/foo": "example.com/device=bar"}, None),
+    (("prefix/",), {"prefix/foo": "example.com/device=bar"}, ["example.com/device=bar"]),
+    (("prefix/", "another-prefix/"), {"prefix/foo": "example.com/device=bar", "another-prefix/bar": "example.com/device=baz"},
+     ["example.com/device=baz", "example.com/device=bar"]),  # keys sorted
+    (("prefix/", "another-prefix/"), {"prefix/foo": "example.com/device=bar", "another-prefix/bar": "example.com/device=bar"},
+     ["example.com/device=bar"]),  # duplicates once
+    (("prefix/",), {"prefix/foo": "example.com/device=a,example.com/device=b"},
+     ["example.com/device=a", "example.com/device=b"]),
+]
+
+
+@pytest.mark.parametrize("prefixes, annotations, want", ANNOTATION_ROWS)
+def test_annotation_devices_table(prefixes, annotations, want):
+    from nct.config.model import CdiModeConfig, ModesConfig, RuntimeConfig
+    from nct.runtime.modes import qualify
+
+    cfg = Config(nvidia_container_runtime=RuntimeConfig(modes=ModesConfig(cdi=CdiModeConfig(
+        annotation_prefixes=tuple(prefixes)))))
+    s = spec({})
+    s["annotations"] = annotations
+    req = request_from_spec(s, cfg, runtime=True)
+    if want is None:
+        assert req is None
+        return
+    assert qualify(req.devices, "nvidia.com/gpu") == want
