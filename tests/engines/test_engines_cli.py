@@ -166,3 +166,23 @@ def test_config_mode_unknown_is_one_line_error(tmp_path):
     r = ctk("runtime", "configure", "--config", str(tmp_path / "d.json"), "--config-mode", "bogus")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "bogus" in r.stderr
     assert not (tmp_path / "d.json").exists()
+
+
+def _ignore_hup_block_usr1():
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+
+def test_engine_command_gets_default_signals(tmp_path):
+    """issue 12 #12: `--config-source command` runs the engine binary with default signal
+    dispositions and no blocked signal, whatever nvidia-ctk itself inherited."""
+    exe = tmp_path / "containerd"
+    exe.write_text("#!/bin/sh\ngrep -E '^Sig(Ign|Blk):' /proc/self/status | tr '\\n\\t' '  ' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    r = ctk("runtime", "configure", "--runtime", "containerd", "--config", str(tmp_path / "c.toml"),
+            "--drop-in-config", "", "--config-source", "command", "--executable-path", str(exe), "--dry-run",
+            preexec_fn=_ignore_hup_block_usr1)
+    assert r.returncode == 1
+    assert "SigIgn: 0000000000000000" in r.stderr and "SigBlk: 0000000000000000" in r.stderr, r.stderr
