@@ -274,3 +274,26 @@ def test_annotation_devices_table(prefixes, annotations, want):
         assert req is None
         return
     assert qualify(req.devices, "nvidia.com/gpu") == want
+
+
+@pytest.mark.parametrize("swarm, env, want", [
+    ("DOCKER_SWARM_RESOURCE", {"NVIDIA_VISIBLE_DEVICES": "all", "DOCKER_SWARM_RESOURCE": "GPU1,GPU2"}, ("GPU1", "GPU2")),
+    ("NOT_DOCKER_SWARM_RESOURCE,DOCKER_SWARM_RESOURCE",
+     {"NVIDIA_VISIBLE_DEVICES": "all", "DOCKER_SWARM_RESOURCE": "GPU1,GPU2"}, ("GPU1", "GPU2")),
+    ("NOT_SET , DOCKER_SWARM_RESOURCE ",  # names are trimmed
+     {"NVIDIA_VISIBLE_DEVICES": "all", "DOCKER_SWARM_RESOURCE": "GPU1"}, ("GPU1",)),
+    (" ", {"NVIDIA_VISIBLE_DEVICES": "all", "DOCKER_SWARM_RESOURCE": "GPU1"}, ("all",)),  # blank: none
+])
+def test_swarm_resource_list_table(swarm, env, want):
+    assert parse(env, privileged=True, swarm_resource=swarm).devices == want
+
+
+@pytest.mark.parametrize("supported, want", [
+    ("all", ALL),
+    ("compute,utility", DEFAULT),
+    ("", frozenset()),
+])
+def test_supported_capabilities_setting_table(supported, want):
+    """supported-driver-capabilities as the hook reads it; `all` in the image then grants them."""
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "all"}
+    assert parse(env, supported_driver_capabilities=supported).capabilities == want
