@@ -64,3 +64,27 @@ def test_hook_remover_table(before, after):
     assert spec == after
     assert removed == len((before.get("hooks") or {}).get("prestart") or []) - \
         len((after.get("hooks") or {}).get("prestart") or [])
+
+
+@pytest.mark.parametrize("env, graphics", [
+    ([], False),
+    (["NVIDIA_VISIBLE_DEVICES=all"], False),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute"], False),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"], True),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=graphics"], True),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,graphics"], True),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=display"], True),
+    (["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=display,graphics"], True),
+])
+def test_legacy_graphics_modifier_table(env, graphics, monkeypatch, tmp_path):
+    """Upstream's graphics modifier (legacy mode) applies when devices are requested and the
+    capabilities include graphics or display (`all` does)."""
+    from nct.runtime import lookup
+    from nct.runtime.create import modify_spec
+
+    from .test_create import LOG, FakeBackend, _cfg, _spec
+
+    monkeypatch.setattr(lookup, "FALLBACK_DIRS", (str(tmp_path / "empty"),))
+    b = FakeBackend()
+    modify_spec(_spec(env), _cfg("legacy"), "legacy", LOG, b, "")
+    assert any(c[0] == "graphics" for c in b.calls) is graphics
