@@ -84,3 +84,24 @@ def test_relative_root_reaching_slash_refused(tmp_path):
     assert res.returncode == 1
     assert "must not be /" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not os.path.lexists("/nct-must-not-exist")
+
+
+def test_absolute_state_root_is_used_as_is(tmp_path):
+    """Upstream's state `root` extension: absolute as is (no config.json needed)."""
+    elsewhere = tmp_path / "elsewhere-root"
+    elsewhere.mkdir()
+    bundle = tmp_path / "no-config-bundle"
+    bundle.mkdir()
+    res = run(["create-symlinks", "--link", "t::/l"], state(str(bundle), root=str(elsewhere)))
+    assert res.returncode == 0, res.stderr
+    assert os.readlink(elsewhere / "l") == "t"
+
+
+@pytest.mark.parametrize("what", ["missing-state-file", "missing-config"])
+def test_state_errors_are_one_line(tmp_path, what):
+    if what == "missing-state-file":
+        res = run(["create-symlinks", "--link", "t::/l", "--container-spec", str(tmp_path / "nope.json")])
+    else:
+        res = run(["create-symlinks", "--link", "t::/l"], state(str(tmp_path / "no-bundle")))
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "No such file" in res.stderr
