@@ -108,3 +108,15 @@ def test_resolve_mode_table(mode, devices, tegra, want):
             resolve_mode(mode, devices, tegra=tegra)
     else:
         assert resolve_mode(mode, devices, tegra=tegra) == want
+
+
+@pytest.mark.parametrize("mode", ["", "non-legacy", "Legacy"])
+def test_invalid_modes_are_errors(mode):
+    """Upstream's runtime factory: an empty or unknown mode fails `create`."""
+    with pytest.raises(ConfigError, match="invalid mode"):
+        resolve_mode(mode, ("0",))
+
+
+def test_empty_runtimes_list_is_an_error():
+    with pytest.raises(RuntimeNotFound, match="at least one runtime"):
+        find_runtime([])
