@@ -57,3 +57,17 @@ def test_empty_config_gets_a_runc_v2_runtime(tmp_path):
     got = runtimes(configure(tmp_path, ""))["test"]
     assert got["options"]["BinaryName"] == "/usr/bin/test"
     assert got["runtime_type"] == "io.containerd.runc.v2"
+
+
+@pytest.mark.parametrize("before, want", [
+    ("", ["{d}/*.toml"]),
+    ('imports = ["/foo/bar/*.toml"]\nversion = 2\n', ["/foo/bar/*.toml", "{d}/*.toml"]),
+    ('version = 2\nimports = ["/foo/bar/*.toml", "{d}/*.toml"]\n', ["/foo/bar/*.toml", "{d}/*.toml"]),  # once
+])
+def test_drop_in_import_table(tmp_path, before, want):
+    d = str(tmp_path / "conf.d")
+    top = tmp_path / "config.toml"
+    top.write_text(before.format(d=d))
+    apply(plan_configure(EngineRequest(engine="containerd", config=str(top), drop_in=f"{d}/99-nvidia.toml",
+                                       runtimes=(RuntimeEntry("nvidia", "/usr/bin/nvidia-container-runtime"),))))
+    assert tomllib.loads(top.read_text())["imports"] == [w.format(d=d) for w in want]
