@@ -98,9 +98,28 @@ def test_common_edits_and_hooks(gen, node):
         assert h["hookName"] == "createContainer" and h["path"] == HOOK
         assert h["env"] == ["NVIDIA_CTK_DEBUG=false"]
     assert f"--host-driver-version={node.driver_version}" in common["hooks"][1]["args"]
-    assert common["hooks"][2]["args"][2:] == ["--folder", "/usr/lib/x86_64-linux-gnu",
-                                              "--folder", "/usr/lib/i386-linux-gnu"]
+    assert common["hooks"][2]["args"][2:] == ["--folder", "/usr/lib/x86_64-linux-gnu"]
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in common["hooks"][0]["args"]
+
+
+def test_no_i386_libraries_unless_compat32(gen, node):
+    """issue 12 #11: upstream's specs carry no 32-bit driver library; --compat32 (nct) adds them."""
+    def i386(spec):
+        edits = spec["containerEdits"]
+        mounts = [m["containerPath"] for m in edits["mounts"] if "i386" in m["containerPath"]]
+        links = [a for h in edits["hooks"] for a in h["args"] if "i386" in a]
+        return mounts, links
+    assert i386(gen()) == ([], [])
+    assert i386(gen(mode="management")) == ([], [])
+    mounts, links = i386(gen(compat32=True))
+    assert f"/usr/lib/i386-linux-gnu/libcuda.so.{node.driver_version}" in mounts
+    assert "/usr/lib/i386-linux-gnu" in links  # update-ldcache --folder
+    assert i386(gen(mode="management", compat32=True))[0] == mounts
+    out = ctk(node, "cdi", "generate", "--compat32", "--nvidia-cdi-hook-path", HOOK)
+    assert out.returncode == 0, out.stderr
+    assert "/usr/lib/i386-linux-gnu/libcuda.so" in out.stdout
+    out = ctk(node, "cdi", "generate", "--nvidia-cdi-hook-path", HOOK)
+    assert out.returncode == 0 and "i386" not in out.stdout
 
 
 def test_no_annotations_minimum_version_as_upstream(gen, tmp_path, monkeypatch):

@@ -266,13 +266,22 @@ def test_spec_common_edits_hold_every_driver_file(node_factory):
     assert all(d.host_path == "/run/nvidia/driver" + d.path for d in edits.device_nodes)
     m = mounts(edits)
     for f in node.files:
+        if f.kind == "lib32":  # upstream's specs have no i386 library (issue 12 #11)
+            assert f.container_path not in m
+            continue
         assert m[f.container_path].host_path == f.host_path
         assert m[f.container_path].options == (IPC_MOUNT if f.kind == "ipc" else RO_MOUNT)
-    assert edits.ldconfig_folders == [LIBDIR, LIB32DIR]
+    assert edits.ldconfig_folders == [LIBDIR]
     assert edits.proc_driver_gpus == [] and edits.cuda_compat_dir is None  # -> disable-device-node-modification hook
     assert SymlinkEdit("libcuda.so.1", f"{LIBDIR}/libcuda.so") in edits.symlinks
-    assert SymlinkEdit(f"libcuda.so.{VERSION}", f"{LIB32DIR}/libcuda.so.1") in edits.symlinks
+    assert not any(LIB32DIR in s.link for s in edits.symlinks)
     assert edits.hooks == []
+    with32 = common_edits(node, frozenset({"utility"}), SPEC.replace(compat32=True))
+    assert with32.ldconfig_folders == [LIBDIR, LIB32DIR]
+    assert SymlinkEdit(f"libcuda.so.{VERSION}", f"{LIB32DIR}/libcuda.so.1") in with32.symlinks
+    # plan() sets it from the container's capabilities
+    assert LIB32DIR in plan(node, req(["0"], caps=("compute", "compat32")), SPEC).ldconfig_folders
+    assert LIB32DIR not in plan(node, req(["0"]), SPEC).ldconfig_folders
 
 
 def test_spec_gpu_edits(node_factory):
@@ -337,3 +346,53 @@ def test_requirements_per_selected_gpu(node_factory):
     # every expression must hold (AND across variables)
     with pytest.raises(RequirementError, match="driver>=999"):
         check_requirements(node, select_devices(node, ["0"]), ["cuda>=12", "driver>=999"])
+
+
+# --- issue 12 #14: a MIG slice never gets its parent GPU's DRM nodes ---------------------------
+
+def _dri(edits) -> list[str]:
+    return [n for n in nodes(edits) if n.startswith("/dev/dri/")]
+
+
+@pytest.mark.parametrize("target", ["live", "spec"])
+@pytest.mark.parametrize("ids, dri", [
+    (["1:1"], []),                                      # a plain slice: parent node + caps only
+    (["MIG-00010001-aaaa-bbbb-cccc-dddddddddddd"], []),  # the same by UUID
+    (["1:1", "1"], ["/dev/dri/card2", "/dev/dri/renderD129"]),  # the full GPU asked for as well
+    (["1", "1:1"], ["/dev/dri/card2", "/dev/dri/renderD129"]),
+    (["0", "1:1"], ["/dev/dri/card1", "/dev/dri/renderD128"]),  # GPU 0's own, none of GPU 1's
+])
+def test_mig_slice_has_no_parent_drm(node_factory, target, ids, dri):
+    node = node_factory(2, migs={1: 2})
+    caps = ("compute", "utility", "graphics", "display")
+    edits = plan(node, req(ids, caps=caps), PlanOptions(target=target, check_requirements=False))
+    assert _dri(edits) == dri
+    assert "/dev/nvidia1" in nodes(edits)
+    assert {"/dev/nvidia-caps/nvidia-cap32", "/dev/nvidia-caps/nvidia-cap33"} <= set(nodes(edits))
+    assert not any(s.link.startswith("/dev/dri/by-path/pci-0000:02") for s in edits.symlinks) or dri
+
+
+def test_legacy_graphics_modifier_mig_slice(node_factory):
+    """The legacy runtime's graphics modifier matches DRM nodes by GPU minor, UUID or bus id:
+    `i:j` and MIG- UUIDs match none."""
+    from nct.runtime.jit import graphics_edits
+
+    node = node_factory(2, migs={1: 2})
+    caps = frozenset({"graphics", "compute"})
+    for ids in (("1:1",), ("MIG-00010001-aaaa-bbbb-cccc-dddddddddddd",)):
+        g = graphics_edits(node, ContainerRequest(devices=ids, capabilities=caps))
+        assert _dri(g) == [] and not g.symlinks
+    g = graphics_edits(node, ContainerRequest(devices=("1:1", "0"), capabilities=caps))
+    assert _dri(g) == ["/dev/dri/card1", "/dev/dri/renderD128"]
+
+
+def test_spec_all_gives_no_drm_of_mig_enabled_gpu(node_factory):
+    """`all` in a spec is upstream's union of the device entries: a MIG-enabled GPU has no full
+    entry, so its DRM nodes come only with a +gfx MIG profile (none here)."""
+    node = node_factory(2, migs={1: 2})
+    node = node.replace(gpus=(node.gpus[0], node.gpus[1].replace(
+        migs=tuple(m.replace(profile="1g.10gb") for m in node.gpus[1].migs))))
+    edits = plan(node, req(["all"]), SPEC)
+    assert _dri(edits) == ["/dev/dri/card1", "/dev/dri/renderD128"]
+    live = plan(node, req(["all"], caps=("graphics", "compute")), PlanOptions(check_requirements=False))
+    assert "/dev/dri/card2" in _dri(live)  # the legacy hook: every GPU, as libnvidia-container

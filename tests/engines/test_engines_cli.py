@@ -149,3 +149,42 @@ def test_oci_hook_mode(tmp_path):
     out = tmp_path / "hooks.d" / "oci-nvidia-hook.json"
     r = ctk("runtime", "configure", "--config-mode", "oci-hook", "--oci-hook-path", str(out))
     assert r.returncode == 0 and json.loads(out.read_text())["hook"]["path"] == "/usr/bin/nvidia-container-runtime-hook"
+
+
+@pytest.mark.parametrize("engine", ["docker", "containerd", "crio"])
+@pytest.mark.parametrize("mode", ["config", "config-file"])
+def test_config_mode_config_is_config_file(tmp_path, engine, mode):
+    """issue 12 #10: upstream accepts --config-mode config as config-file: the same edit."""
+    base = ["runtime", "configure", "--runtime", engine, "--config", str(tmp_path / "engine.conf"), "--dry-run"]
+    ref = ctk(*base)
+    r = ctk(*base, f"--config-mode={mode}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ref.stdout and "nvidia" in r.stdout
+
+
+def test_config_mode_unknown_falls_back_to_config_file(tmp_path):
+    """Upstream: an unknown --config-mode is a warning, and the config file is edited."""
+    r = ctk("runtime", "configure", "--config", str(tmp_path / "d.json"), "--config-mode", "bogus")
+    assert r.returncode == 0, r.stderr
+    assert "bogus" in r.stderr and "warning" in r.stderr
+    assert json.loads((tmp_path / "d.json").read_text())["runtimes"]["nvidia"]
+
+
+def _ignore_hup_block_usr1():
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+
+def test_engine_command_gets_default_signals(tmp_path):
+    """issue 12 #12: `--config-source command` runs the engine binary with default signal
+    dispositions and no blocked signal, whatever nvidia-ctk itself inherited."""
+    exe = tmp_path / "containerd"
+    exe.write_text("#!/bin/sh\ngrep -E '^Sig(Ign|Blk):' /proc/self/status | tr '\\n\\t' '  ' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    r = ctk("runtime", "configure", "--runtime", "containerd", "--config", str(tmp_path / "c.toml"),
+            "--drop-in-config", "", "--config-source", "command", "--executable-path", str(exe), "--dry-run",
+            preexec_fn=_ignore_hup_block_usr1)
+    assert r.returncode == 1
+    assert "SigIgn: 0000000000000000" in r.stderr and "SigBlk: 0000000000000000" in r.stderr, r.stderr

@@ -106,7 +106,8 @@ def test_bad_state(stdin, message):
     ("{bad", "config.json: invalid JSON"),
     ({"process": {}, "root": {"path": "r"}}, "config.json: missing ociVersion"),
     ({"ociVersion": "1.0.2", "root": {"path": "r"}}, "config.json: missing process"),
-    ({"ociVersion": "1.0.2", "process": {}}, "config.json: missing root.path"),
+    ({"ociVersion": "1.0.2", "process": {}}, "config.json: missing root"),
+    ({"ociVersion": "1.0.2", "process": {}, "root": {"path": 7}}, "config.json: root.path must be a string"),
     ({"ociVersion": "1.0.2", "process": {"env": "X=1"}, "root": {"path": "r"}}, "process.env must be a list"),
     # issue 9 §4: "internal error: RecursionError" before
     ('{"ociVersion": "1.0.2", "x": ' + "[" * 100000 + "]" * 100000 + "}",
@@ -128,6 +129,20 @@ def test_bundle_path_fallback_and_relative_root(tmp_path):
     assert (pid, b) == (4242, str(bundle))
     spec, rootfs = prestart.load_spec(b)
     assert rootfs == str(bundle / "rootfs")
+
+
+@pytest.mark.parametrize("root, expect", [
+    ({"path": "rootfs"}, "rootfs"),      # relative: below the bundle
+    ({"path": "./a/../rootfs"}, "rootfs"),
+    ({"path": ""}, ""),                  # empty: the bundle itself (upstream: the hook's cwd)
+    ({}, ""),                            # no path at all: the same
+    ({"readonly": True}, ""),
+])
+def test_root_path_relative_to_bundle(tmp_path, root, expect):
+    """issue 12 #8: upstream takes a relative or missing root.path relative to the bundle."""
+    bundle = write_bundle(tmp_path, spec={"ociVersion": "1.0.2", "process": {}, "root": root})
+    _, rootfs = prestart.load_spec(str(bundle))
+    assert rootfs == os.path.normpath(str(bundle / expect))
 
 
 def test_bad_config_file(tmp_path):

@@ -40,14 +40,20 @@ def test_unknown_subcommand_warns_and_exits_0():
     assert "Unsupported CDI hook" in res.stderr
 
 
-def test_unknown_global_flag_warns_and_exits_0():
-    res = hook("--no-such-flag", "create-symlinks")
-    assert res.returncode == 0 and "Unsupported CDI hook" in res.stderr
-
-
-def test_unknown_subcommand_flag_warns_and_exits_0():
-    res = hook("create-symlinks", "--future-flag", "x")
-    assert res.returncode == 0 and "Unsupported CDI hook" in res.stderr
+@pytest.mark.parametrize("args, rc, message", [
+    (["--no-such-flag"], 0, "Unsupported CDI hook"),                     # no known hook named
+    (["--no-such-flag", "some-future-hook"], 0, "Unsupported CDI hook: some-future-hook"),
+    (["--no-such-flag", "create-symlinks"], 1, "No such option"),       # a known hook: an error
+    (["create-symlinks", "--future-flag", "x"], 1, "create-symlinks: No such option"),
+    ([], 0, "No CDI hook specified"),
+    (["-d"], 0, "No CDI hook specified"),
+])
+def test_unknown_flags_and_no_hook_as_upstream(args, rc, message):
+    """Upstream's nvidia-cdi-hook: an unknown flag for a hook it knows fails the hook; an
+    unknown (newer) hook, or none, is a warning and exit 0."""
+    res = hook(*args)
+    assert res.returncode == rc, res.stderr
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
 def test_noop_and_ctk_hook_alias(rootfs):

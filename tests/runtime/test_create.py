@@ -82,8 +82,35 @@ LOG = Logger()
 @pytest.mark.parametrize("env", [(), ("NVIDIA_VISIBLE_DEVICES=void",), ("NVIDIA_VISIBLE_DEVICES=",)])
 def test_no_devices_no_changes(mode, env):
     b = FakeBackend()
-    assert modify_spec(_spec(env, hooks={"prestart": [NVHOOK]}), _cfg(mode), mode, LOG, b) is None
+    assert modify_spec(_spec(env, hooks={"prestart": [{"path": "/bin/true"}]}), _cfg(mode), mode, LOG, b) is None
     assert b.calls == []
+
+
+STALE_HOOKS = [
+    {"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]},
+    {"path": "/gone/nvidia-container-toolkit", "args": ["nvidia-container-toolkit", "prestart"]},
+    {"path": "/bin/true"},
+    {"path": "/usr/bin/nvidia-container-runtime-hook.real"},  # another basename: kept
+]
+
+
+@pytest.mark.parametrize("mode, removed", [
+    ("auto", True), ("jit-cdi", True), ("cdi", True), ("csv", True), ("legacy", False)])
+@pytest.mark.parametrize("env", [(), ("NVIDIA_VISIBLE_DEVICES=void",)])
+def test_no_devices_stale_nvidia_hooks_removed(mode, removed, env):
+    """issue 12 #9: upstream's hook remover runs in cdi, jit-cdi and csv modes whatever the
+    container asks for; legacy mode keeps an existing hook."""
+    b = FakeBackend()
+    out = modify_spec(_spec(env, hooks={"prestart": list(STALE_HOOKS), "poststop": [NVHOOK]}),
+                      _cfg(mode), mode, LOG, b)
+    assert b.calls == []
+    if not removed:
+        assert out is None
+        return
+    assert out["hooks"]["prestart"] == STALE_HOOKS[2:]
+    assert out["hooks"]["poststop"] == [NVHOOK]  # only prestart hooks are looked at
+    only = modify_spec(_spec(env, hooks={"prestart": STALE_HOOKS[:1]}), _cfg(mode), mode, LOG, b)
+    assert only["hooks"] == {}  # the emptied list goes (Go's omitempty)
 
 
 def test_auto_env_devices_is_jit_cdi_and_removes_nvidia_hooks():
@@ -246,3 +273,17 @@ def test_forced_mode_overrides_config(tmp_path):
     fb = FakeBackend()
     handle_create(["create", "-b", str(b), "id"], settings, "cdi", LOG, {}, fb)
     assert fb.calls == [("cdi", ("nvidia.com/gpu=0",), ("/etc/cdi", "/var/run/cdi"))]
+
+
+def test_unknown_deep_field_strict_and_lenient(tmp_path):
+    """issue 12 #13: as upstream, an unknown field at any depth fails `create` (file untouched)."""
+    spec = _spec(["NVIDIA_VISIBLE_DEVICES=0"])
+    spec["linux"] = {"resources": {"devices": [{"allow": False, "access": "rwm", "future": 1}]}}
+    b, settings = _bundle(tmp_path, spec)
+    before = _snapshot(b / "config.json")
+    with pytest.raises(SpecError, match=r"linux\.resources\.devices\[0\]\.future"):
+        handle_create(["create", "-b", str(b), "id"], settings, None, LOG, {}, FakeBackend())
+    assert _snapshot(b / "config.json") == before
+    (tmp_path / "config.toml").write_text("[features]\nallow-unknown-oci-spec-fields = true\n")
+    assert handle_create(["create", "-b", str(b), "id"], settings, None, LOG, {}, FakeBackend())
+    assert json.loads((b / "config.json").read_text())["linux"]["resources"]["devices"][0]["future"] == 1

@@ -151,3 +151,67 @@ def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
     uuids = [g["uuid"] for g in json.loads((sim_node / "node.json").read_text())["gpus"]]
     smi = (out / "smi").read_text()
     assert uuids[2] in smi and not any(u in smi for i, u in enumerate(uuids) if i != 2), smi
+
+
+@pytest.mark.parametrize("mode", ["auto", "cdi", "jit-cdi"])
+def test_stale_nvidia_hook_removed_without_gpus(runc, tmp_path, mode):
+    """issue 12 #9: a spec that still carries a prestart hook to a removed
+    nvidia-container-runtime-hook (docker --gpus, an old config) and asks for no GPU: upstream
+    removes the hook in these modes, so the container runs. Real runc runs the spec."""
+    runc.config.write_text(f'[nvidia-container-runtime]\nmode = "{mode}"\n')
+    bundle, out = runc_bundle(tmp_path, "echo ran > /out/result")
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["hooks"] = {"prestart": [{"path": str(tmp_path / "removed/nvidia-container-runtime-hook"),
+                                   "args": ["nvidia-container-runtime-hook", "prestart"]}]}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    runc.run_to_exit(bundle)
+    assert (out / "result").read_text() == "ran\n"
+    assert "hooks" not in json.loads((bundle / "config.json").read_text()) or \
+        not json.loads((bundle / "config.json").read_text())["hooks"].get("prestart")
+
+
+@pytest.mark.parametrize("caps, i386", [("", False), ("compute,utility", False), ("all", True),
+                                        ("compute,utility,compat32", True)])
+def test_jit_cdi_i386_libraries_only_with_compat32(runc, tmp_path, sim_node, caps, i386):
+    """issue 12 #11: upstream's jit-cdi spec has no 32-bit driver library; nct adds them only
+    for the compat32 capability (which `all` grants, as in the legacy hook)."""
+    if not any(n.startswith("libcuda.so") for n in os.listdir(sim_node / "root/usr/lib/i386-linux-gnu")):
+        pytest.skip("the simulated node has no i386 libraries (gcc -m32 missing)")
+    runc.config.write_text(f'[nvidia-container-cli]\nroot = "{sim_node}/root"\n')
+    runc.env["NCT_PROC_ROOT"] = str(sim_node / "root" / "proc")
+    env = ["NVIDIA_VISIBLE_DEVICES=0"] + ([f"NVIDIA_DRIVER_CAPABILITIES={caps}"] if caps else [])
+    bundle, out = runc_bundle(tmp_path, "ls /usr/lib/i386-linux-gnu > /out/i386 2>&1; ls /usr/lib/x86_64-linux-gnu > /out/lib",
+                              env)
+    runc.run_to_exit(bundle)
+    assert any(n.startswith("libcuda.so.") for n in (out / "lib").read_text().split())
+    assert any(n.startswith("libcuda.so.") for n in (out / "i386").read_text().split()) == i386
+
+
+@pytest.fixture(scope="module")
+def mig_node(tmp_path_factory):
+    """A simulated 2-GPU node, GPU 1 in MIG mode with 2 devices."""
+    d = tmp_path_factory.mktemp("mig") / "node"
+    r = subprocess.run([entry_point("nct"), "sim", "create", str(d), "--gpus", "2", "--mig", "1:2", "--no-lib32"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"nct sim create failed: {r.stderr.strip()}")
+    return d
+
+
+@pytest.mark.parametrize("mode", ["jit-cdi", "legacy"])
+@pytest.mark.parametrize("which", ["index", "uuid"])
+def test_mig_slice_gets_no_parent_drm_nodes(runc, tmp_path, mig_node, mode, which):
+    """issue 12 #14: a container given one MIG device gets the parent's /dev/nvidiaN and the
+    MIG caps, never the whole GPU's /dev/dri card/render nodes (graphics asked for)."""
+    node = json.loads((mig_node / "node.json").read_text())
+    mig = node["gpus"][1]["migs"][0]
+    dev = "1:0" if which == "index" else mig["uuid"]
+    runc.config.write_text(f'[nvidia-container-runtime]\nmode = "{mode}"\n'
+                           f'[nvidia-container-cli]\nroot = "{mig_node}/root"\n')
+    runc.env["NCT_PROC_ROOT"] = str(mig_node / "root" / "proc")
+    bundle, out = runc_bundle(tmp_path, "ls -R /dev > /out/dev 2>&1",
+                              [f"NVIDIA_VISIBLE_DEVICES={dev}", "NVIDIA_DRIVER_CAPABILITIES=utility,graphics,display"])
+    runc.run_to_exit(bundle)
+    devs = (out / "dev").read_text().split()
+    assert "nvidia1" in devs and "nvidia0" not in devs
+    assert not [d for d in devs if d.startswith(("card", "renderD"))], devs

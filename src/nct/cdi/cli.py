@@ -134,6 +134,8 @@ _HOOK_CHOICES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-comp
               help="Hook to include even if disabled by default (repeatable).")
 @click.option("--feature-flag", "--feature-flags", "feature_flags", multiple=True, help="nvcdi feature flag.")
 @click.option("--no-all-device", is_flag=True, help="Do not add the 'all' device.")
+@click.option("--compat32", is_flag=True,
+              help="Also add the i386 (32-bit) driver libraries (nct; upstream's specs have none).")
 @click.option("--device-id", "--devices", "device_ids", multiple=True, help="Devices to include (default all).")
 @click.option("--max-cdi-version", default=None,
               help="nct: highest cdiVersion the consumer reads: below 0.7.0 leaves out additionalGids "
@@ -144,7 +146,7 @@ _HOOK_CHOICES = ("create-symlinks", "chmod", "update-ldcache", "enable-cuda-comp
 def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_root, strategies, hook_path,
                      ldconfig_path, vendor, cls, config_search_path, library_search_path, csv_files,
                      csv_ignore, csv_compat_root, disable_hooks, enable_hooks, feature_flags,
-                     no_all_device, device_ids, max_cdi_version) -> None:
+                     no_all_device, compat32, device_ids, max_cdi_version) -> None:
     """Generate a CDI specification for the NVIDIA devices on this node."""
     from nct.cdi.generate import GenerateOptions, generate
 
@@ -164,7 +166,7 @@ def generate_command(ctx: click.Context, output, fmt, mode, driver_root, dev_roo
         library_search_paths=_split_list(library_search_path), csv_files=_split_list(csv_files),
         csv_ignore_patterns=_split_list(csv_ignore), csv_compat_container_root=csv_compat_root,
         disable_hooks=disable, enable_hooks=enable, feature_flags=_split_list(feature_flags),
-        no_all_device=no_all_device, device_ids=_split_list(device_ids) or ("all",),
+        no_all_device=no_all_device, compat32=compat32, device_ids=_split_list(device_ids) or ("all",),
         config_path=g.get("config_path"), quiet=bool(g.get("quiet")), debug=bool(g.get("debug")),
         max_cdi_version=max_cdi_version, prog=_prog(ctx),
     ))

@@ -64,6 +64,7 @@ class GenerateOptions(Record):
     cls: str | None = None  # None = mode default (gpu, gds, ...)
     config_search_paths: tuple[str, ...] = ()
     library_search_paths: tuple[str, ...] = ()
+    compat32: bool = False  # nct: add the i386 driver libraries (upstream's specs have none)
     csv_files: tuple[str, ...] = ()
     csv_ignore_patterns: tuple[str, ...] = ()
     csv_compat_container_root: str | None = None
@@ -152,10 +153,10 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
         if "disable-ipc-discoverer" in flags:
             node = node.replace(files=tuple(f for f in node.files if f.kind != "ipc"))
         if mode == "management":
-            plan = management_plan(node, no_gids)
+            plan = management_plan(node, no_gids, opts.compat32)
         else:
             plan = gpu_plan(node, opts.device_ids, opts.device_name_strategies, disabled,
-                            hook_path=hook_path, no_gids=no_gids)
+                            hook_path=hook_path, no_gids=no_gids, compat32=opts.compat32)
     if warnings is not None:
         warnings.extend(f"unknown feature flag {f!r} ignored" for f in unknown)
         warnings.extend(plan.warnings)
@@ -264,21 +265,21 @@ def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
 
 # --- plans per mode --------------------------------------------------------------------------
 
-def _plan_options(no_gids: bool):
+def _plan_options(no_gids: bool, compat32: bool = False):
     from nct.edits.planner import PlanOptions
 
-    return PlanOptions(target="spec", no_additional_gids=no_gids, check_requirements=False)
+    return PlanOptions(target="spec", no_additional_gids=no_gids, check_requirements=False, compat32=compat32)
 
 
 def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...], disabled: frozenset[str],
-             *, hook_path: str = DEFAULT_HOOK_PATH, no_gids: bool = False) -> Plan:
+             *, hook_path: str = DEFAULT_HOOK_PATH, no_gids: bool = False, compat32: bool = False) -> Plan:
     """nvml mode: one entry per GPU (MIG disabled) and per MIG device, per name strategy."""
     from nct.edits.planner import common_edits, gpu_edits, mig_edits
 
     for s in strategies:
         if s not in ("index", "uuid", "type-index"):
             raise NctError(f"invalid device name strategy {s!r} (index, uuid, type-index)")
-    popts = _plan_options(no_gids)
+    popts = _plan_options(no_gids, compat32)
     plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
     common = common_edits(node, None, popts)
     plan.common = common
@@ -361,7 +362,7 @@ def mig_names(mig: MigDevice, strategies: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(names[s] for s in strategies if names.get(s)))
 
 
-def management_plan(node: Node, no_gids: bool = False) -> Plan:
+def management_plan(node: Node, no_gids: bool = False, compat32: bool = False) -> Plan:
     """management.nvidia.com/gpu=all: every NVIDIA node under the dev root (GPUs, control,
     caps, IMEX channels), driver files as common edits; no device-node-modification hook."""
     from nct.edits.planner import common_edits
@@ -370,7 +371,7 @@ def management_plan(node: Node, no_gids: bool = False) -> Plan:
              if not any(fnmatch.fnmatch(posixpath.basename(n.path), x) for x in MANAGEMENT_EXCLUDE)]
     if not nodes:
         raise NctError(f"management mode: no NVIDIA device nodes found under {_show(node.roots.dev, '/dev')}")
-    common = common_edits(node, None, _plan_options(no_gids))
+    common = common_edits(node, None, _plan_options(no_gids, compat32))
     common.proc_driver_gpus = None
     return Plan(vendor="management.nvidia.com", cls="gpu", devices=[("all", nodes_edits(nodes, no_gids))],
                 common=common, all_device=False)

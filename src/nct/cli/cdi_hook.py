@@ -1,8 +1,9 @@
 """`nvidia-cdi-hook` (and `nvidia-ctk hook`): the OCI hooks CDI specs reference.
 
-Compatibility rule from upstream: a hook this version does not know (unknown subcommand or
-flag) prints a warning "Unsupported CDI hook" and exits 0, so specs made by newer toolkits
-keep working. The container comes from the OCI state on stdin (or --container-spec); nothing is
+Compatibility rules from upstream: a hook this version does not know (an unknown subcommand,
+or an unknown flag before any known one) prints a warning "Unsupported CDI hook" and exits 0,
+so specs made by newer toolkits keep working; no hook at all warns "No CDI hook specified"
+and exits 0; an unknown flag given to a known hook is an error (exit 1), as upstream. The container comes from the OCI state on stdin (or --container-spec); nothing is
 read from the container's environment.
 """
 
@@ -21,14 +22,14 @@ def _warn_unsupported(what: str) -> None:
 
 
 class _HookCommand(click.Command):
-    """A hook subcommand: unknown flags are a warning and exit 0, errors are one line."""
+    """A hook subcommand: an unknown flag is an error (as upstream), errors are one line."""
 
     def parse_args(self, ctx, args):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as e:
-            _warn_unsupported(f"{self.name}: {e.format_message()}")
-            ctx.exit(0)
+            click.echo(f"{PROG}: {self.name}: {e.format_message()}", err=True)
+            ctx.exit(1)
 
     def invoke(self, ctx):
         from nct.errors import NctError
@@ -53,7 +54,13 @@ class _HookGroup(click.Group):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as e:
-            _warn_unsupported(e.format_message())
+            # upstream: an error when the first argument that is not a flag names a known
+            # hook (a bad flag for it); otherwise an unsupported (newer) hook: warn, exit 0
+            first = next((a for a in args if not a.startswith("-")), None)
+            if first is not None and self.get_command(ctx, first) is not None:
+                click.echo(f"{PROG}: {e.format_message()}", err=True)
+                ctx.exit(1)
+            _warn_unsupported(first if first is not None else e.format_message())
             ctx.exit(0)
 
     def resolve_command(self, ctx, args):
@@ -65,21 +72,34 @@ class _HookGroup(click.Group):
 
 
 def _state(container_spec: str | None) -> str:
-    """Container root from --container-spec, or from the OCI state JSON on stdin."""
+    """Container root from the OCI state: on stdin, or in the file --container-spec names
+    (upstream's meaning; "-" is stdin). A file without `bundle` is taken as the bundle's
+    config.json itself (nct's older reading of the flag)."""
     from nct.container.hooks import container_root
     from nct.errors import ContainerError
-
-    if container_spec:
-        return container_root(None, container_spec)
     from nct import jsonio
     from nct.limits import read_document
 
+    where = "container state on stdin"
     try:
-        state = jsonio.loads(read_document(sys.stdin.buffer))
+        if container_spec and container_spec != "-":
+            where = container_spec
+            with open(container_spec, "rb") as f:
+                data = read_document(f)
+        else:
+            data = read_document(sys.stdin.buffer)
+    except OSError as e:
+        raise ContainerError(f"{where}: {e.strerror}") from None
     except ValueError as e:
-        raise ContainerError(f"container state on stdin: invalid JSON: {e}") from None
+        raise ContainerError(f"{where}: {e}") from None
+    try:
+        state = jsonio.loads(data)
+    except ValueError as e:
+        raise ContainerError(f"{where}: invalid JSON: {e}") from None
     if not isinstance(state, dict):
-        raise ContainerError("container state on stdin: not a JSON object")
+        raise ContainerError(f"{where}: not a JSON object")
+    if container_spec and container_spec != "-" and "bundle" not in state:
+        return container_root(None, container_spec)
     return container_root(state)
 
 
@@ -189,7 +209,8 @@ def _version() -> str:
 
 
 def _group(name: str) -> click.Group:
-    @click.group(name=name, cls=_HookGroup, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.group(name=name, cls=_HookGroup, invoke_without_command=True,
+                 context_settings={"help_option_names": ["-h", "--help"]})
     @click.option("-d", "--debug", is_flag=True, envvar=["NVIDIA_CTK_DEBUG", "NVIDIA_CDI_DEBUG"],
                   help="Enable debug-level logging.")
     @click.option("--quiet", is_flag=True, envvar=["NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET"],
@@ -204,6 +225,9 @@ def _group(name: str) -> click.Group:
         ctx.obj.setdefault("quiet", quiet)
         if debug:
             ctx.obj["debug"] = True
+        if ctx.invoked_subcommand is None:  # upstream: a warning, not a failed container
+            click.echo(f"{PROG}: warning: No CDI hook specified", err=True)
+            ctx.exit(0)
 
     _add_commands(group)
     return group

@@ -21,14 +21,16 @@ _GPU_NODE = re.compile(r"^nvidia(\d+)$")
 
 
 def container_root(state: dict | None = None, spec_path: str | None = None) -> str:
-    """The container's root path: the state's `root` (crun), else root.path of the bundle's
-    config.json (or of the spec given with --container-spec), relative to its directory."""
+    """The container's root path, as upstream's OCI state helper: root.path of the bundle's
+    config.json, a relative (or absent) one taken relative to the bundle directory; an
+    absolute `root` in the state itself (crun) wins. `spec_path` (--container-spec naming a
+    config.json rather than a state file) stands for <bundle>/config.json."""
+    bundle = (state or {}).get("bundle") if spec_path is None else os.path.dirname(os.path.abspath(spec_path))
+    if not isinstance(bundle, str) or not bundle:
+        raise ContainerError("container state has no bundle")
     if state is not None and isinstance(state.get("root"), str) and state["root"]:
-        return state["root"]
+        return os.path.join(bundle, state["root"])
     if spec_path is None:
-        bundle = (state or {}).get("bundle")
-        if not bundle:
-            raise ContainerError("container state has no bundle")
         spec_path = os.path.join(bundle, "config.json")
     try:
         with open(spec_path, "rb") as f:
@@ -37,12 +39,13 @@ def container_root(state: dict | None = None, spec_path: str | None = None) -> s
         raise ContainerError(f"{spec_path}: {e.strerror}") from None
     except ValueError as e:
         raise ContainerError(f"{spec_path}: invalid JSON: {e}") from None
-    root = (spec.get("root") or {}).get("path") if isinstance(spec, dict) else None
-    if not root:
-        raise ContainerError(f"{spec_path}: no root.path")
-    if not os.path.isabs(root):
-        root = os.path.join(os.path.dirname(os.path.abspath(spec_path)), root)
-    return root
+    root = spec.get("root") if isinstance(spec, dict) else None
+    path = root.get("path") if isinstance(root, dict) else None
+    if path is None:
+        path = ""
+    if not isinstance(path, str):
+        raise ContainerError(f"{spec_path}: root.path must be a string")
+    return os.path.join(bundle, path) if path else bundle
 
 
 def open_root(path: str) -> Root:

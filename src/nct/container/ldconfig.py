@@ -29,6 +29,7 @@ import time
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root, open_regular
 from nct.errors import ContainerError
+from nct.sigreset import default_signals
 
 MFD_EXEC = 0x10
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
@@ -452,6 +453,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
                 # namespace): its end of the pipe is then closed, and nothing would stop us
                 if select.select([alive_r], [], [], 0)[0]:
                     os._exit(code)
+                default_signals()  # ldconfig gets default dispositions and no blocked signal
                 sc.seccomp_deny()  # last: nothing below needs a denied call but execve
                 if exe_fd is not None:
                     os.execve(exe_fd, [argv0] + args, {})

@@ -558,6 +558,8 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     import select
     import time
 
+    from nct.sigreset import default_signals  # here: the child may chroot away from nct
+
     modprobe_argv(driver_root, module)  # refuses a non-NVIDIA module name
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     r, w = os.pipe()
@@ -575,6 +577,7 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
                         os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
                         os._exit(125)
                 os.chdir("/")
+                default_signals()
                 os.execve(MODPROBE, [MODPROBE, module], {})
             except OSError as e:
                 os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())

@@ -54,7 +54,9 @@ class PlanOptions(Record):
     library dirs for the live target (see container_lib_dirs). `capabilities` is filled in
     by plan() so that gpu_edits can decide on DRM nodes for a live container. `no_devbind`
     is carried to ApplyOptions (nodes are still planned: cgroup rules); `no_additional_gids`
-    is features.no-additional-gids-for-device-nodes (spec)."""
+    is features.no-additional-gids-for-device-nodes (spec). `compat32`: a spec gets the
+    i386 driver libraries too (upstream's specs never have them; plan() sets it when the
+    container's capabilities include compat32)."""
 
     target: str = "live"
     lib_dir: str = "/usr/lib/x86_64-linux-gnu"
@@ -71,6 +73,7 @@ class PlanOptions(Record):
     no_additional_gids: bool = False
     check_requirements: bool = True
     cuda_compat_dir: str = DEFAULT_COMPAT_DIR
+    compat32: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in ("live", "spec"):
@@ -103,13 +106,17 @@ def plan(node: Node, request: ContainerRequest, options: PlanOptions | None = No
         mig_config=options.mig_config if options.mig_config is not None else request.mig_config,
         mig_monitor=options.mig_monitor if options.mig_monitor is not None else request.mig_monitor,
         imex_channels=options.imex_channels or tuple(request.imex_channels),
+        compat32=options.compat32 or "compat32" in caps,
     )
     selection = select_devices(node, request.devices)
     if opts.check_requirements and request.requirements:
         check_requirements(node, selection, request.requirements)
     edits = common_edits(node, caps, opts)
     for gpu in selection.gpus:
-        edits = edits.merge(gpu_edits(node, gpu, opts))
+        # a MIG slice never gets its parent's DRM nodes (upstream), nor does `all` in a spec
+        # give them for a MIG-enabled GPU (upstream's spec has no full entry for one)
+        drm = gpu.index not in selection.mig_parents and (opts.live or not (selection.all and gpu.mig_enabled))
+        edits = edits.merge(gpu_edits(node, gpu, opts, drm=drm))
     for mig in selection.migs:
         edits = edits.merge(mig_edits(node, mig, opts))
     if opts.live:
@@ -143,14 +150,15 @@ def common_edits(node: Node, capabilities, options: PlanOptions | None = None) -
     return b.edits
 
 
-def gpu_edits(node: Node, gpu: Gpu, options: PlanOptions | None = None) -> ContainerEdits:
+def gpu_edits(node: Node, gpu: Gpu, options: PlanOptions | None = None, *, drm: bool = True) -> ContainerEdits:
     """One full GPU: its /dev/nvidiaN node; live: its /proc/driver/nvidia/gpus dir (and DRM
-    nodes with graphics/display); spec: its DRM nodes and their by-path links."""
+    nodes with graphics/display); spec: its DRM nodes and their by-path links. `drm=False`
+    for a GPU selected only as a MIG device's parent."""
     options = options or PlanOptions()
     b = _Builder(node, options)
     b.device(gpu.device)
     caps = options.capabilities or frozenset()
-    if not options.live or caps & {"graphics", "display"}:
+    if drm and (not options.live or caps & {"graphics", "display"}):
         _drm(b, gpu)
     if options.live:
         b.edits.proc_driver_gpus = [posixpath.basename(gpu.proc_dir.rstrip("/")) or gpu.bus_id]
@@ -345,7 +353,7 @@ def _spec_driver(b: _Builder, node: Node, o: PlanOptions) -> None:
                      key=lambda d: order.index(posixpath.basename(d.path))
                      if posixpath.basename(d.path) in order else len(order)):
         b.device(dn)
-    for kind in ("lib", "lib32"):
+    for kind in ("lib", "lib32") if o.compat32 else ("lib",):
         libs = [f for f in node.files if f.kind == kind]
         _libraries(b, libs, lambda f: posixpath.dirname(f.container_path), graphics=True)
         for f in libs:

@@ -23,11 +23,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Selection(Record):
-    """Selected devices in node order; `all` records that `all` was asked for."""
+    """Selected devices in node order; `all` records that `all` was asked for.
+    `mig_parents`: indices of GPUs in `gpus` only because one of their MIG devices was
+    asked for (they get their /dev/nvidiaN, never the whole GPU's DRM nodes)."""
 
     gpus: tuple[Gpu, ...] = ()
     migs: tuple[MigDevice, ...] = ()
     all: bool = False
+    mig_parents: tuple[int, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)
@@ -56,6 +59,7 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
     index: _Index | None = None
     picked_gpus: dict[int, Gpu] = {}  # by id(): ordered sets
     picked_migs: dict[int, MigDevice] = {}
+    full: set[int] = set()  # GPUs asked for as a whole, not only as a MIG device's parent
     for raw in ids:
         dev = raw.strip()
         if not dev:
@@ -66,6 +70,7 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
             index = _Index(gpus)
         gpu = index.gpu(dev)
         if gpu is not None:
+            full.add(gpu.index)
             picked_gpus.setdefault(id(gpu), gpu)
             continue
         found = index.mig(dev)
@@ -75,7 +80,8 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
             picked_gpus.setdefault(id(parent), parent)
             continue
         raise UnknownDevice(dev, _why_unknown(node, dev))
-    return Selection(gpus=tuple(picked_gpus.values()), migs=tuple(picked_migs.values()))
+    return Selection(gpus=tuple(picked_gpus.values()), migs=tuple(picked_migs.values()),
+                     mig_parents=tuple(g.index for g in picked_gpus.values() if g.index not in full))
 
 
 class UnknownDevice(RequestError):

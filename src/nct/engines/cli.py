@@ -95,7 +95,8 @@ def _emit(plan, dry_run: bool, show_diff: bool, engine: str, verb: str) -> None:
               help="Make the NVIDIA runtime the default.")
 @click.option("--cdi.enabled", "--cdi.enable", "--enable-cdi", "cdi_enabled", is_flag=True,
               help="Enable CDI in the engine (docker, containerd).")
-@click.option("--config-mode", default="", help='"" (config-file) or oci-hook.')
+@click.option("--config-mode", default="",
+              help='config-file (the default; "config" too), or oci-hook; anything else: config-file, with a warning.')
 @click.option("--oci-hook-path", default="", help="Where oci-hook mode writes the hook JSON (default stdout).")
 @click.option("--nvidia-runtime-hook-path", "hook_path", default="/usr/bin/nvidia-container-runtime-hook",
               show_default=True, help="Hook binary for oci-hook mode (absolute).")
@@ -104,12 +105,12 @@ def _emit(plan, dry_run: bool, show_diff: bool, engine: str, verb: str) -> None:
 def configure(engine, config, drop_in, dry_run, show_diff, config_source, executable_path, runtime_name,
               runtime_path, set_as_default, cdi_enabled, config_mode, oci_hook_path, hook_path, remove):
     """Add the NVIDIA runtime to a container engine's configuration."""
-    from nct.errors import EngineConfigError
-
     if config_mode in ("oci-hook", "hook"):
         return _oci_hook(hook_path, oci_hook_path, dry_run)
-    if config_mode not in ("", "config-file"):
-        raise EngineConfigError(f"--config-mode {config_mode}: want config-file or oci-hook")
+    if config_mode not in ("", "config-file", "config"):  # "config": upstream's alias
+        # upstream warns and edits the config file all the same
+        click.echo(f'nvidia-ctk: warning: ignoring unsupported config mode for {engine}: "{config_mode}" '
+                   "(using config-file)", err=True)
     req = _request(engine, config, drop_in, config_source, executable_path, runtime_name, runtime_path,
                    set_as_default, cdi_enabled and engine != "crio")
     from nct.engines.configure import plan_configure, plan_unconfigure

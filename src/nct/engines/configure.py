@@ -16,6 +16,7 @@ from nct.engines.files import (
 )
 from nct.engines.model import Edit, EngineRequest
 from nct.errors import EngineConfigError
+from nct.sigreset import default_signals
 
 MODULES = {"docker": docker, "containerd": containerd, "crio": crio}
 
@@ -73,7 +74,8 @@ def source_text(req: EngineRequest) -> str | None:
 
 def _run(cmd: list[str]) -> str:
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_host_env())
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_host_env(),
+                             preexec_fn=default_signals)
     except FileNotFoundError:
         if cmd[0].startswith("crio"):
             raise

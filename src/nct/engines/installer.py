@@ -18,6 +18,7 @@ import click
 from nct.engines.bundle import Installed, base_python, copy_library, write_wrappers
 from nct.engines.files import atomic_write, read_text, remove_file
 from nct.engines.model import DEFAULT_CONFIG, DEFAULT_DROP_IN, EngineRequest, RuntimeEntry
+from nct.sigreset import default_signals
 from nct.errors import EngineConfigError, NctError
 
 MANIFEST = ".nct-install.json"
@@ -157,7 +158,7 @@ def _generate_cdi(opts: InstallOptions, inst: Installation) -> str:
            "--nvidia-cdi-hook-path", str(Path(opts.toolkit_root) / "nvidia-cdi-hook")]
     inst.installed.mkdir(Path(opts.cdi_output_dir))
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "NCT_PROC_ROOT", "NVIDIA_CTK_DEV_ROOT", "LANG")}
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=default_signals)
     if res.returncode != 0:
         msg = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
         raise EngineConfigError(f"CDI spec generation failed: {msg}")

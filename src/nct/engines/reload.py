@@ -12,6 +12,7 @@ import struct
 import subprocess
 
 from nct.errors import EngineConfigError
+from nct.sigreset import default_signals
 
 SERVICE = {"docker": "docker", "containerd": "containerd", "crio": "crio"}
 DEFAULT_PID_FILE = {"docker": "/run/docker.pid", "containerd": "", "crio": ""}
@@ -71,7 +72,8 @@ def reload_engine(engine: str, mode: str = "auto", pid_file: str | None = None, 
             return f"{engine}: no systemd and no pid file; restart {engine} to load the NVIDIA runtime"
     if mode == "systemd":
         verb = "reload" if engine == "docker" else "restart"
-        res = subprocess.run(["systemctl", verb, SERVICE[engine]], capture_output=True, text=True)
+        res = subprocess.run(["systemctl", verb, SERVICE[engine]], capture_output=True, text=True,
+                             preexec_fn=default_signals)
         if res.returncode != 0:
             msg = (res.stderr.strip().splitlines() or ["failed"])[-1]
             raise EngineConfigError(f"systemctl {verb} {SERVICE[engine]}: {msg}")

@@ -2,7 +2,7 @@
 
 Steps, as upstream's hook + nvidia-container-cli, in one process:
 1. OCI state on stdin -> pid and bundle (`bundlePath` for old runc);
-2. <bundle>/config.json, minimally checked (ociVersion, process, root.path);
+2. <bundle>/config.json, minimally checked (ociVersion, process, root);
 3. the request from the spec's env (None = not a GPU container: exit 0, untouched);
 4. the legacy-mode assertion (unless skip-mode-detection);
 5. with load-kmods (the default): load missing NVIDIA modules, mknod missing nodes;
@@ -44,8 +44,8 @@ def read_state(state_bytes: bytes) -> tuple[int, str]:
 
 
 def load_spec(bundle: str) -> tuple[dict, str]:
-    """The bundle's config.json and the absolute rootfs (relative paths are taken
-    relative to the bundle, the hook's working directory under runc)."""
+    """The bundle's config.json and the absolute rootfs (a relative or empty root.path is
+    taken relative to the bundle, the hook's working directory under runc, as upstream)."""
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
@@ -65,9 +65,13 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     if not isinstance(spec.get("process"), dict):
         raise SpecError(f"{path}: missing process")
     root = spec.get("root")
-    rootfs = root.get("path") if isinstance(root, dict) else None
-    if not isinstance(rootfs, str) or not rootfs:
-        raise SpecError(f"{path}: missing root.path")
+    if not isinstance(root, dict):
+        raise SpecError(f"{path}: missing root")
+    rootfs = root.get("path")
+    if rootfs is None:
+        rootfs = ""  # upstream: an empty root.path is the hook's working directory, the bundle
+    if not isinstance(rootfs, str):
+        raise SpecError(f"{path}: root.path must be a string")
     if not os.path.isabs(rootfs):
         rootfs = os.path.join(os.path.abspath(bundle), rootfs)
     return spec, os.path.normpath(rootfs)

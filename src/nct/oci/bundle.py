@@ -188,65 +188,36 @@ def check_spec_types(spec: dict, path: str = CONFIG_NAME) -> None:
                     _want(path, f"linux.resources.devices[{i}]", r, dict, "an object")
 
 
-# --- strict decode: fields the OCI runtime spec (v1.2) defines, by object -------------
-
-_KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"ociVersion", "process", "root", "hostname", "domainname", "mounts", "hooks",
-                   "annotations", "linux", "solaris", "windows", "vm", "zos", "freebsd"}),
-    "process": frozenset({"terminal", "consoleSize", "user", "args", "commandLine", "env", "cwd",
-                          "capabilities", "rlimits", "noNewPrivileges", "apparmorProfile",
-                          "oomScoreAdj", "scheduler", "selinuxLabel", "ioPriority",
-                          "execCPUAffinity"}),
-    "process.user": frozenset({"uid", "gid", "umask", "additionalGids", "username"}),
-    "process.capabilities": frozenset({"bounding", "effective", "inheritable", "permitted",
-                                       "ambient"}),
-    "root": frozenset({"path", "readonly"}),
-    "mounts[]": frozenset({"destination", "type", "source", "options", "uidMappings",
-                           "gidMappings"}),
-    "hooks": frozenset({"prestart", "createRuntime", "createContainer", "startContainer",
-                        "poststart", "poststop"}),
-    "hooks[]": frozenset({"path", "args", "env", "timeout"}),
-    "linux": frozenset({"uidMappings", "gidMappings", "sysctl", "resources", "cgroupsPath",
-                        "namespaces", "devices", "seccomp", "rootfsPropagation", "maskedPaths",
-                        "readonlyPaths", "mountLabel", "intelRdt", "personality", "timeOffsets",
-                        "netDevices", "memoryPolicy"}),
-    "linux.devices[]": frozenset({"path", "type", "major", "minor", "fileMode", "uid", "gid"}),
-    "linux.resources.devices[]": frozenset({"allow", "type", "major", "minor", "access"}),
-}
-
+# --- strict decode: fields the OCI runtime spec defines, at every depth -----------------
 
 def unknown_fields(spec: dict) -> list[str]:
-    """Dotted names of fields the OCI runtime spec does not define, in the objects nct
-    knows (top level, process, user, capabilities, root, mounts, hooks, linux, devices)."""
+    """Dotted names of the fields the OCI runtime spec does not define, in document order,
+    at any depth (upstream's strict Go decode refuses the first of them). Free-form maps
+    (annotations, sysctl, unified, ...) take any key; a value of the wrong type is left to
+    check_spec_types and the runtime."""
+    from nct.oci.specfields import FIELDS
+
     out: list[str] = []
 
-    def scan(obj: object, where: str, label: str) -> None:
-        if isinstance(obj, dict):
-            known = _KNOWN[where]
-            out.extend(f"{label}.{k}".lstrip(".") for k in obj if k not in known)
+    def scan(obj: object, shape: object, label: str) -> None:
+        if shape is None:
+            return
+        if isinstance(shape, dict):
+            if isinstance(obj, dict):
+                for k, v in obj.items():
+                    where = f"{label}.{k}" if label else k
+                    if k in shape:
+                        scan(v, shape[k], where)
+                    else:
+                        out.append(where)
+            return
+        kind, inner = shape
+        if kind == "list" and isinstance(obj, list):
+            for i, v in enumerate(obj):
+                scan(v, inner, f"{label}[{i}]")
+        elif kind == "map" and isinstance(obj, dict):
+            for k, v in obj.items():
+                scan(v, inner, f"{label}.{k}")
 
-    scan(spec, "", "")
-    proc = spec.get("process")
-    scan(proc, "process", "process")
-    if isinstance(proc, dict):
-        scan(proc.get("user"), "process.user", "process.user")
-        scan(proc.get("capabilities"), "process.capabilities", "process.capabilities")
-    scan(spec.get("root"), "root", "root")
-    for i, m in enumerate(spec.get("mounts") or []):
-        scan(m, "mounts[]", f"mounts[{i}]")
-    hooks = spec.get("hooks")
-    scan(hooks, "hooks", "hooks")
-    if isinstance(hooks, dict):
-        for stage, lst in hooks.items():
-            for i, h in enumerate(lst if isinstance(lst, list) else []):
-                scan(h, "hooks[]", f"hooks.{stage}[{i}]")
-    linux = spec.get("linux")
-    scan(linux, "linux", "linux")
-    if isinstance(linux, dict):
-        for i, d in enumerate(linux.get("devices") or []):
-            scan(d, "linux.devices[]", f"linux.devices[{i}]")
-        res = linux.get("resources")  # its own keys vary across spec versions: not checked
-        if isinstance(res, dict):
-            for i, r in enumerate(res.get("devices") or []):
-                scan(r, "linux.resources.devices[]", f"linux.resources.devices[{i}]")
+    scan(spec, FIELDS, "")
     return out

@@ -3,7 +3,8 @@
 The order of work matters for safety: everything that can fail (config, spec parsing,
 device resolution, discovery, CDI injection) happens in memory first; the spec file is
 replaced atomically only at the end, and only when something changed. A container that
-requests no GPU is left exactly as it was (the file is not even rewritten).
+requests no GPU is left exactly as it was (the file is not even rewritten), except that in
+the cdi, jit-cdi and csv modes a stale NVIDIA prestart hook is removed, as upstream does.
 
 Other areas are reached through `Backend` (request parsing, discovery + planner, CDI
 registry, OCI injection), imported lazily; tests substitute a fake.
@@ -165,6 +166,11 @@ def modify_spec(spec: dict, cfg, mode: str, log, backend: Backend, env_path: str
     if mode != "cdi":
         request = backend.request(spec, cfg, annotations=False)
     if request is None:
+        # upstream runs the hook remover in these modes whatever is requested: a stale
+        # prestart hook (docker --gpus, an old config) must not outlive the legacy hook
+        if "nvidia-hook-remover" in modes.MODIFIERS[mode] and modes.remove_nvidia_hooks(spec):
+            log.info("No NVIDIA devices requested; removed stale NVIDIA Container Runtime Hook prestart hook(s)")
+            return spec
         log.info(f"No NVIDIA devices requested; leaving the OCI specification unmodified (mode {mode})")
         return None
     log.info(f"Using {mode} mode for devices {list(request.devices) or ['none']}")

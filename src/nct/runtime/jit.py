@@ -103,11 +103,9 @@ def graphics_edits(node, request) -> ContainerEdits:
     opts = PlanOptions(target="spec", check_requirements=False)
     edits = ContainerEdits()
     selection = select_devices(node, request.devices)
-    gpus = list(selection.gpus)
-    for mig in selection.migs:  # a MIG device's DRM nodes are its parent's
-        parent = next((g for g in node.gpus if g.index == mig.parent_index), None)
-        if parent is not None and parent not in gpus:
-            gpus.append(parent)
+    # upstream matches DRM nodes to the requested GPUs by minor, UUID or bus id: a MIG
+    # device (i:j, MIG-...) matches none, so a slice never gets its parent's render node
+    gpus = [g for g in selection.gpus if g.index not in selection.mig_parents]
     for gpu in gpus:
         g = gpu_edits(node, gpu, opts)
         edits.device_nodes += [d for d in g.device_nodes if d.path.startswith("/dev/dri/")]

@@ -63,6 +63,9 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
         if version:
             _write_stdout("\n")
         # log files are O_CLOEXEC: they close on exec, and stay usable if exec fails
+        from nct.sigreset import default_signals
+
+        default_signals()
         try:
             os.execve(runtime, [runtime] + args, original_environ() if environ is None else env)
         except OSError as e:

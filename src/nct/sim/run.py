@@ -208,7 +208,10 @@ def run(directory: str, argv: list[str]) -> int:
     """Enter the node's namespace and exec argv (does not return on success)."""
     if not argv:
         raise SimError("nct sim run: no command given (usage: nct sim run DIR -- CMD...)")
+    from nct.sigreset import default_signals
+
     enter(directory)
+    default_signals()
     try:
         os.execvp(argv[0], argv)
     except OSError as e:
