@@ -63,9 +63,6 @@ def test_transform_relative_to_host_table(before, after):
     assert transform_root(spec(before), OLD, NEW, "host") == spec(after)
 
 
-_HOOKS_TO_CONTAINER = pytest.mark.xfail(
-    reason="issue 12 #2 (stream 5): --relative-to container does not rewrite hooks yet", strict=False)
-
 CONTAINER_ROWS = [
     ({}, {}),
     (nodes(f"{OLD}/dev/nvidia0", f"{NEW}/dev/nvidia1", f"{OTHER}/dev/nvidia2"),
@@ -78,14 +75,11 @@ CONTAINER_ROWS = [
                  {"hostPath": f"{OTHER}/lib/c.so", "containerPath": f"{OTHER}/lib/c.so"}]}),
     pytest.param({"hooks": [hook("createContainer", r) for r in (OLD, NEW, OTHER)]},
                  {"hooks": [swap(hook("createContainer", OLD), path=False, args=True),
-                            hook("createContainer", NEW), hook("createContainer", OTHER)]},
-                 marks=_HOOKS_TO_CONTAINER),
+                            hook("createContainer", NEW), hook("createContainer", OTHER)]}),
     pytest.param({"hooks": [hook("createContainer", OLD, folder=True)]},
-                 {"hooks": [swap(hook("createContainer", OLD, folder=True), path=False, args=True)]},
-                 marks=_HOOKS_TO_CONTAINER),
+                 {"hooks": [swap(hook("createContainer", OLD, folder=True), path=False, args=True)]}),
     pytest.param({"hooks": [hook("startContainer", OLD)]},
-                 {"hooks": [swap(hook("startContainer", OLD), path=True, args=True)]},
-                 marks=_HOOKS_TO_CONTAINER),
+                 {"hooks": [swap(hook("startContainer", OLD), path=True, args=True)]}),
     ({"hooks": [hook("createRuntime", OLD)]}, {"hooks": [hook("createRuntime", OLD)]}),
 ]
 
