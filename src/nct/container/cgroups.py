@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import struct
+import time
 
 from nct.container import syscalls as sc
 from nct.errors import ContainerError
@@ -239,3 +240,104 @@ def allow_devices(pid: int, rules: list[DeviceRule], proc_root: str = "/proc") -
         allow_v2(v2_dir, rules)
     else:
         raise ContainerError(f"no device cgroup found for pid {pid}")
+
+
+# ---- a deny-all device cgroup for the processes we run against an image -------------------
+# Which hierarchies device_jail() tries, in order (tests pin one: 1 = v1 devices controller,
+# 2 = a BPF program on the unified hierarchy).
+JAIL_VERSIONS: tuple[int, ...] = (1, 2)
+JAIL_STALE_S = 300
+
+
+class DeviceJail:
+    """A fresh child of our own device cgroup in which no device may be opened (v1: `a` in
+    devices.deny; v2: a deny-all BPF device program). ldconfig runs in it, so that a device
+    node planted in the image is refused by the kernel even if a mount still allowed it.
+    Made on the host side (before entering the container's mount namespace) and kept as fds:
+    `enter()` moves the calling process in, `close()` removes the cgroup."""
+
+    def __init__(self, parent_fd: int = -1, name: str = "", procs_fd: int = -1, version: int = 0,
+                 problem: str = "") -> None:
+        self.parent_fd, self.name, self.procs_fd, self.version = parent_fd, name, procs_fd, version
+        self.problem = problem  # why there is no jail (empty when there is one)
+
+    def enter(self) -> None:
+        """Move the calling process (and so everything it forks) into the jail."""
+        if self.procs_fd >= 0:
+            os.write(self.procs_fd, b"0")
+
+    def close(self) -> None:
+        if self.procs_fd >= 0:
+            os.close(self.procs_fd)
+            self.procs_fd = -1
+        if self.parent_fd >= 0:
+            for _ in range(100):  # the killed PID namespace may take a moment to leave it
+                try:
+                    os.rmdir(self.name, dir_fd=self.parent_fd)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+            os.close(self.parent_fd)
+            self.parent_fd = -1
+
+
+def _sweep(parent: int) -> None:
+    """Remove jails left by a process that died before closing its own (a failed configure):
+    any older than a jail can live (ldconfig's timeout and then some). rmdir only removes an
+    empty cgroup."""
+    now = time.time()
+    for entry in os.listdir(parent):
+        if not entry.startswith("nct-ldconfig-"):
+            continue
+        try:
+            if now - os.stat(entry, dir_fd=parent, follow_symlinks=False).st_mtime > JAIL_STALE_S:
+                os.rmdir(entry, dir_fd=parent)
+        except OSError:
+            pass
+
+
+def _own_cgroup_dir(version: int) -> str | None:
+    v1_dir, v2_dir = find_device_cgroups(os.getpid())
+    return v1_dir if version == 1 else v2_dir
+
+
+def device_jail() -> DeviceJail:
+    """A deny-all device cgroup below our own cgroup (v1 devices controller when the process
+    has one, else v2). Returns a jail whose `problem` says why none could be made (no
+    writable cgroup: a nested container, a cgroup namespace); callers report it and rely on
+    their nodev mounts."""
+    problems = []
+    for version in JAIL_VERSIONS:
+        try:
+            base = _own_cgroup_dir(version)
+        except ContainerError as e:
+            problems.append(str(e))
+            continue
+        if base is None or not os.path.isdir(base):
+            problems.append(f"no cgroup v{version} {'devices controller' if version == 1 else 'hierarchy'}")
+            continue
+        name = f"nct-ldconfig-{os.urandom(8).hex()}"
+        parent = procs = -1
+        try:
+            parent = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            _sweep(parent)
+            os.mkdir(name, 0o700, dir_fd=parent)
+            cg = os.path.join(base, name)
+            if version == 1:
+                fd = os.open(os.path.join(cg, "devices.deny"), os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, b"a")
+                finally:
+                    os.close(fd)
+            else:
+                attach_program(cg, deny_all_program())
+            procs = os.open(os.path.join(cg, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+            return DeviceJail(parent, name, procs, version)
+        except (OSError, ContainerError) as e:
+            problems.append(f"cgroup v{version} {base}/{name}: {getattr(e, 'strerror', None) or e}")
+            jail = DeviceJail(parent, name, procs, version)
+            jail.close()
+    return DeviceJail(problem="; ".join(problems) or "no cgroup hierarchy")
+

@@ -119,7 +119,7 @@ def wants_compat(root: Root, compat_dir: str, host_driver: str | None, host_cuda
         return False
     path, version = lib
     try:
-        fd = root.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = root.open_regular(path, follow=False)  # never a device node swapped in since the lstat
     except (FileNotFoundError, ContainerError):
         return False
     try:

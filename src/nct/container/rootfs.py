@@ -143,6 +143,22 @@ class Root:
         finally:
             os.close(fd)
 
+    def open_regular(self, path: str, *, follow: bool = True) -> int:
+        """A read-only fd of the regular file at `path`. The object is opened O_PATH (which
+        never reaches a driver or blocks on a FIFO), checked to be a regular file, and only
+        then re-opened for reading through its fd: a device node, FIFO or socket the image
+        put there is refused (ContainerError) without ever being opened. FileNotFoundError
+        when absent."""
+        fd = self.open(path, _O_PATH | (0 if follow else os.O_NOFOLLOW), follow=follow)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ContainerError(f"{path} in container root {self.path}: not a regular file")
+            return os.open(sc.fd_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+
     def resolve(self, path: str) -> str:
         """The in-root path `path` resolves to (symlinks followed inside the root)."""
         fd, inroot = self._walk(path, create_dirs=False, follow_last=True)
@@ -262,6 +278,27 @@ class Root:
             os.close(pfd)
         self.write_file(path, data, mode)
         return True
+
+    def remove_unless_regular(self, path: str) -> bool:
+        """Unlink `path` when it exists and is not a regular file or directory (a device node,
+        FIFO, socket or symlink where a program will create a file). Returns whether it did."""
+        try:
+            pfd, name = self.parent(path, create=False)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                st = os.lstat(name, dir_fd=pfd)
+            except FileNotFoundError:
+                return False
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                return False
+            os.unlink(name, dir_fd=pfd)
+            return True
+        except OSError as e:
+            raise ContainerError(f"remove {path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
 
     def symlink(self, target: str, link: str) -> bool:
         """Make `link` a symlink to `target` (atomically replacing a non-directory there).
