@@ -215,6 +215,7 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         nsfd = os.open(f"{host_proc}/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"container pid {pid}: {e.strerror}") from None
+    proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # ours, for Root's mount checks
     try:
         sc.setns(nsfd, sc.CLONE_NEWNS, f"mount namespace of pid {pid}")
     finally:
@@ -227,7 +228,7 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
             if candidate == "/" and not sc.new_mount_api():
                 raise ContainerError(PIVOTED)
-            return Root(candidate)
+            return Root(candidate, proc_self=proc_self)
     raise ContainerError(f"rootfs {rootfs} not found in the mount namespace of pid {pid}")
 
 

@@ -243,7 +243,10 @@ def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
 
 def _seal_mounts_mount2(top: str) -> None:
     """mount(2) fallback for SEALED_ATTRS (no mount_setattr: Linux < 5.12): remount every
-    mount at or below `top` (our private copies), keeping its other flags, and check each."""
+    mount at or below `top` (our private copies), keeping its other flags, and check each.
+    Mounts below the root are made read-only as well: ldconfig, as host root, must not
+    write into a volume (a bind mount a non-root container user may not be able to write)
+    through an image symlink; the image's own filesystem is the root mount."""
     with open("/proc/self/mountinfo") as f:
         text = f.read()
     keep_mask = sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
@@ -254,6 +257,8 @@ def _seal_mounts_mount2(top: str) -> None:
             continue  # overmounted or gone: not reachable from the root either
         try:
             keep = os.fstatvfs(fd).f_flag & keep_mask
+            if point.rstrip("/") != top.rstrip("/"):
+                keep |= sc.MS_RDONLY
             sc.mount(None, sc.fd_path(fd), None, sc.MS_REMOUNT | sc.MS_BIND | keep | sc.ms_flags(SEALED_ATTRS),
                      what=f"nodev view of {point}")
             if not os.fstatvfs(fd).f_flag & sc.MS_NODEV:
@@ -264,7 +269,8 @@ def _seal_mounts_mount2(top: str) -> None:
 
 def _sealed_root(root: Root) -> int:
     """In our private mount namespace: bind the container root onto itself (recursively) with
-    every mount of the copy nodev,nosuid, and return an O_PATH fd of it. ldconfig sees the
+    every mount of the copy nodev,nosuid (and every mount below the root read-only: no
+    writes into volumes), and return an O_PATH fd of it. ldconfig sees the
     root only through this copy, so a device node the image ships (/etc/ld.so.cache~ as a
     block device, a lib*.so link to one, a conf entry) cannot be opened as a device. The
     container's own mounts are not changed (the copy is private). Fails closed."""
@@ -277,7 +283,11 @@ def _sealed_root(root: Root) -> int:
         if sc.new_mount_api():
             tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE | sc.AT_EMPTY_PATH)
             try:
-                sc.mount_setattr(tree, SEALED_ATTRS, recursive=True, what=f"container root {root.path}")
+                # every mount below the root read-only too (volumes: see _seal_mounts_mount2)
+                sc.mount_setattr(tree, SEALED_ATTRS | sc.MOUNT_ATTR_RDONLY, recursive=True,
+                                 what=f"container root {root.path}")
+                if not os.fstatvfs(fd).f_flag & sc.MS_RDONLY:  # the root itself as it was
+                    sc.mount_setattr(tree, 0, sc.MOUNT_ATTR_RDONLY, what=f"container root {root.path}")
                 sc.move_mount(tree, "", fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
                               "container root")
             except BaseException:
