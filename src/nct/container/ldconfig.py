@@ -2,8 +2,10 @@
 
 The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
 anything else happens, so the binary we run cannot be swapped by the image. A forked child
-then takes its own mount namespace, makes every mount private, pivots into the container root
-(chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
+then enters a deny-all device cgroup (cgroups.device_jail, made on the host side), takes its
+own mount namespace, makes every mount private, binds a copy of the container root whose
+every mount is nodev,nosuid (and read-only below the root: no writes into volumes) onto the
+root, pivots into it (chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
 read-only tmpfs mounts, leaves the host's network, IPC, UTS and PID namespaces, keeps only
 CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (bounding, effective, permitted, inheritable; no new
 privileges) and forks ldconfig as PID 1 of its new PID namespace (so it can neither see nor
@@ -84,13 +86,19 @@ def _check_static_elf(fd: int, path: str) -> None:
 
 def sealed_copy(path: str) -> int:
     """A sealed, read-only memfd holding a copy of executable `path` (a static ELF)."""
-    try:
-        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # O_PATH first: a device node or FIFO named here is refused without being opened
+        ref = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        if not stat.S_ISREG(os.fstat(ref).st_mode):
             raise ContainerError(f"ldconfig {path}: not a regular file")
+        src = os.open(sc.fd_path(ref), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
+    finally:
+        os.close(ref)
+    try:
         _check_static_elf(src, path)
         try:
             mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
