@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e import harness
+from nct.container import cgroups as cg
 from e2e.harness import HOOK, bundle_with_hook, needs_e2e, runc_run, venv_bin
 from e2e.scratchdisk import WHERE, OpenWatch, plant, scratch_disk  # noqa: F401 - fixture
 from e2e.test_cli_configure import HOOK_SCRIPT
@@ -39,14 +40,30 @@ def _check(res, watch: OpenWatch, disk) -> None:
     assert "cuDriverGetVersion=12040" in res.stdout.decode()
 
 
-@pytest.mark.parametrize("kernel", ["new-kernel", "old-kernel"])
+def _v2_only_hook(extra: tuple[str, ...]) -> dict:
+    """The hook in a mount namespace without the cgroup v1 devices hierarchy: it sees a
+    cgroup v2 host, and its ldconfig jail is a BPF device program on the unified tree."""
+    v1 = next((p for r, p, t, o in cg._mounts("/proc/self/mountinfo") if t == "cgroup" and "devices" in o.split(",")),
+              None)
+    if v1 is None or not any(t == "cgroup2" for _r, _p, t, _o in cg._mounts("/proc/self/mountinfo")):
+        pytest.skip("needs a hybrid cgroup host (v1 devices and a cgroup2 mount) to show the hook a v2 view")
+    cmd = f"umount -l {v1} && exec {venv_bin(HOOK)} {' '.join(extra)} prestart"
+    return {"prestart": [{"path": "/usr/bin/unshare", "args": ["unshare", "-m", "sh", "-c", cmd]}]}
+
+
+@pytest.mark.parametrize("kernel", ["new-kernel", "old-kernel", "cgroup-v2-view"])
 def test_legacy_hook(sim_node, rootfs, scratch_disk, kernel, request, monkeypatch):
     if kernel == "old-kernel":
         wrapper = str(request.getfixturevalue("oldkernel"))
         monkeypatch.setattr(harness, "hook_entry", lambda *extra: {"prestart": [
             {"path": wrapper, "args": ["oldkernel", venv_bin(HOOK), *extra, "prestart"]}]})
+    elif kernel == "cgroup-v2-view":
+        monkeypatch.setattr(harness, "hook_entry", lambda *extra: _v2_only_hook(extra))
     watch = _plant_all(rootfs, scratch_disk.rdev)
-    res = runc_run(sim_node, bundle_with_hook(rootfs, SCRIPT, ["NVIDIA_VISIBLE_DEVICES=1"]))
+    # with the v1 hierarchy hidden from it, the hook cannot allow the GPU in the container's
+    # (v1) device cgroup: nvidia-smi is left out there, the ld cache check stays
+    script = "cuda-probe" if kernel == "cgroup-v2-view" else SCRIPT
+    res = runc_run(sim_node, bundle_with_hook(rootfs, script, ["NVIDIA_VISIBLE_DEVICES=1"]))
     _check(res, watch, scratch_disk)
     assert stat.S_ISREG((rootfs / "etc/ld.so.cache").lstat().st_mode)
 
