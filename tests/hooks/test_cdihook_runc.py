@@ -49,3 +49,40 @@ def test_cdi_style_container(rootfs, host_gpu):
     cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
                            capture_output=True, text=True).stdout
     assert f"libnvfake.so.1 (libc6,x86-64) => {LIBDIR}/libnvfake.so.1" in cache
+
+
+# ---- issue 9 §5: nothing created in a volume -------------------------------------------------
+import pytest  # noqa: E402
+
+from realparts import snapshot  # noqa: E402
+
+
+@pytest.mark.parametrize("hook", ["create-symlinks", "update-ldcache"])
+def test_cdi_hooks_create_nothing_in_a_volume(rootfs, tmp_path, hook):
+    """An image link leads a CDI hook into a read-write volume (a bind mount of a host dir):
+    create-symlinks' link dir, update-ldcache's /etc/ld.so.conf.d. Refused in one line; the
+    host directory is unchanged."""
+    import shutil
+
+    volume = tmp_path / "host-volume"
+    volume.mkdir()
+    (volume / "keep").write_text("host data\n")
+    bundle = os.path.dirname(rootfs)
+    if hook == "create-symlinks":
+        shutil.rmtree(os.path.join(rootfs, LIBDIR.lstrip("/")))
+        os.symlink("/vol", os.path.join(rootfs, LIBDIR.lstrip("/")))
+        args = ("create-symlinks", "--link", f"libnvfake.so.1::{LIBDIR}/libnvfake.so")
+    else:
+        conf_d = os.path.join(rootfs, "etc/ld.so.conf.d")
+        if os.path.isdir(conf_d):
+            shutil.rmtree(conf_d)
+        os.symlink("/vol", conf_d)
+        args = ("update-ldcache", "--folder", "/opt/nv/lib")
+    mounts = [{"source": str(volume), "destination": "/vol", "type": "bind", "options": ["rbind", "rw"]}]
+    write_bundle(bundle, ["true"], hooks={"createContainer": [_hook(*args)]}, extra_mounts=mounts)
+    before = snapshot(str(volume))
+    res = run_container(bundle)
+    assert snapshot(str(volume)) == before, "the hook created files in the host's volume"
+    assert res.returncode != 0
+    assert "is on a volume, not the image's own filesystem" in res.stderr, res.stderr
+    assert res.stderr.count("nvidia-cdi-hook: ") == 1, res.stderr
