@@ -418,8 +418,12 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.close(err_r)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
-            devnull = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(devnull, 0)
+            # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
+            # (configure --pid), "/dev/null" is the container's, which it may have replaced
+            # by any node (a watchdog arms when opened)
+            empty_r, empty_w = os.pipe()
+            os.close(empty_w)
+            os.dup2(empty_r, 0)
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
