@@ -273,3 +273,25 @@ def test_image_ldconfig_cannot_reach_host_devices(image, scratch_disk, oldkernel
     want = "Permission denied" if layer in ("both", "nodev only") else "Operation not permitted"
     assert report == {"block": want, "char": want}, report
     assert scratch_disk.unchanged()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "symlink"])
+def test_non_regular_cache_temp_file_is_replaced(image, kind):
+    """A FIFO at /etc/ld.so.cache~ would block ldconfig's open until its timeout (the container
+    fails after 30 s), a socket fails it, a symlink is refused by ldconfig's O_NOFOLLOW:
+    nct removes whatever non-regular file is there first, and the cache is built."""
+    import socket
+
+    temp = os.path.join(image, "etc/ld.so.cache~")
+    if kind == "fifo":
+        os.mkfifo(temp)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(temp)
+        s.close()
+    else:
+        os.symlink("/etc/passwd", temp)
+    res = run_ldconfig(image, jail=1, kernel="new")
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert cache_lists(image, "libnctgood.so.1")
+    assert not os.path.lexists(temp)
