@@ -86,3 +86,42 @@ def test_cdi_hooks_create_nothing_in_a_volume(rootfs, tmp_path, hook):
     assert res.returncode != 0
     assert "is on a volume, not the image's own filesystem" in res.stderr, res.stderr
     assert res.stderr.count("nvidia-cdi-hook: ") == 1, res.stderr
+
+
+# ---- issue 9 §1: image device nodes never reach the host's disk ------------------------------
+from e2e.scratchdisk import WHERE, OpenWatch, plant, scratch_disk  # noqa: E402,F401 - fixture
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_update_ldcache_with_image_device_nodes(rootfs, host_gpu, scratch_disk, tmp_path, kernel):
+    """update-ldcache as a createContainer hook on an image carrying nodes of the "host disk"
+    (a loop device) at /etc/ld.so.cache~, behind a lib*.so link and as a conf entry; also on
+    the simulated old kernel (mount(2) remounts for the nodev view): the disk is unchanged,
+    no planted node was opened, and the container finds the library through its cache."""
+    from pathlib import Path
+
+    path, args = HOOK, ["nvidia-cdi-hook"]
+    if kernel == "old":
+        from e2e import oldkernel
+
+        path, args = str(oldkernel.build(tmp_path / "oldkernel")), ["oldkernel", HOOK]
+    bundle = os.path.dirname(rootfs)
+    hooks = {"createContainer": [{"path": path, "args": [*args, "update-ldcache", "--folder", LIBDIR],
+                                  "env": ["NVIDIA_CTK_DEBUG=false"]}]}
+    mounts = [{"source": host_gpu["lib"], "destination": f"{LIBDIR}/libnvfake.so.550.54.15",
+               "type": "bind", "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"]}]
+    write_bundle(bundle, ["true"], hooks=hooks, extra_mounts=mounts)
+    watch = OpenWatch()
+    for where in WHERE:
+        watch.add(plant(Path(rootfs), scratch_disk.rdev, where))
+    try:
+        res = run_container(bundle)
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert scratch_disk.unchanged(), "the host disk was written through the image's node"
+    assert opened == [], f"a host process opened the image's device node: {opened}"
+    assert res.returncode == 0, res.stderr
+    cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                           capture_output=True, text=True).stdout
+    assert "libnvfake.so.550.54.15" in cache or "libnvfake.so.1" in cache, cache
