@@ -45,7 +45,7 @@ def run_ldconfig(rootfs: str, *, jail: int, kernel: str, oldkernel_bin: str | No
     """nct's run_ldconfig on `rootfs` in a fresh process (jail: which cgroup version holds the
     deny-all device cgroup), printing "OK" or "ERR <one line>"."""
     code = "import os\nfrom nct.container import cgroups, ldconfig as L\n"
-    code += f"cgroups.JAIL_VERSIONS = ({jail},)\n"
+    code += f"cgroups.JAIL_VERSIONS = {(jail,) if jail else ()}\n"
     code += (NO_NODEV if "nodev" in disable else "") + (NO_JAIL if "jail" in disable else "")
     code += textwrap.dedent(f"""
         from nct.container.rootfs import Root
@@ -288,3 +288,30 @@ def test_non_regular_cache_temp_file_is_replaced(image, kind):
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert cache_lists(image, "libnctgood.so.1")
     assert not os.path.lexists(temp)
+
+
+def test_without_a_cgroup_ldconfig_still_runs_on_the_nodev_view(image, scratch_disk):
+    """No cgroup can be made (a cgroup namespace, a read-only cgroupfs): one warning line
+    naming why, and the nodev view alone keeps the disk out."""
+    node = plant(Path(image), scratch_disk.rdev, "lib")
+    watch = OpenWatch()
+    watch.add(node)
+    try:
+        res = run_ldconfig(image, jail=0, kernel="new")  # JAIL_VERSIONS = (): no hierarchy tried
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert "warning: ldconfig runs without a deny-all device cgroup" in res.stderr
+    assert opened == [] and scratch_disk.unchanged()
+
+
+def test_mounts_at_or_below_parses_mountinfo():
+    from nct.container.ldconfig import mounts_at_or_below
+
+    info = ("21 1 0:19 / /run rw - tmpfs tmpfs rw\n"
+            "30 21 8:1 / /run/c/root rw - ext4 /dev/sda1 rw\n"
+            "31 30 0:5 / /run/c/root/dev rw - tmpfs tmpfs rw\n"
+            "32 30 8:1 /vol /run/c/root/my\\040vol rw - ext4 /dev/sda1 rw\n"
+            "33 21 8:1 / /run/c/rootfs-other rw - ext4 /dev/sda1 rw\n")
+    assert mounts_at_or_below(info, "/run/c/root/") == ["/run/c/root", "/run/c/root/dev", "/run/c/root/my vol"]
