@@ -36,7 +36,7 @@ def _plain(root):  # the root as is: no nodev copy (pivot_root refuses a non-mou
 L._sealed_root = _plain
 """
 NO_JAIL = """
-L.device_jail = lambda: cgroups.DeviceJail(problem="disabled by the test")
+cgroups.JailSite.jail = lambda self: cgroups.DeviceJail(problem="disabled by the test")
 """
 
 

@@ -28,7 +28,7 @@ import os
 import stat
 
 from nct.container import syscalls as sc
-from nct.container.cgroups import DeviceRule, allow_devices, device_jail
+from nct.container.cgroups import DeviceRule, JailSite, allow_devices
 from nct.container.rootfs import Root
 from nct.edits.model import ContainerEdits
 from nct.errors import ContainerError
@@ -355,7 +355,7 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     host_ld = ldconfig.host_ldconfig(options.ldconfig)
     if run_ld and host_ld is not None:
         ld_fd = ldconfig.sealed_copy(host_ld)
-    jail = device_jail() if run_ld else None  # host side: the container's view may lack our cgroup
+    jails = JailSite() if run_ld else None  # host side: the container's view may lack our cgroup
 
     # -- container side --
     root = _enter(rootfs, pid, options.host_proc)
@@ -374,4 +374,4 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version)
     if run_ld:
         ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
-                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd, jail=jail)
+                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd, jail_site=jails)

@@ -2,7 +2,7 @@
 
 The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
 anything else happens, so the binary we run cannot be swapped by the image. A forked child
-then enters a deny-all device cgroup (cgroups.device_jail, made on the host side), takes its
+then enters a deny-all device cgroup (made through cgroups.JailSite, opened on the host side), takes its
 own mount namespace, makes every mount private, binds a copy of the container root whose
 every mount is nodev,nosuid (and read-only below the root: no writes into volumes) onto the
 root, pivots into it (chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
@@ -29,7 +29,7 @@ import struct
 import time
 
 from nct.container import syscalls as sc
-from nct.container.cgroups import DeviceJail, device_jail
+from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root
 from nct.errors import ContainerError
 
@@ -341,21 +341,26 @@ def _enter_root(root: Root, no_pivot: bool) -> None:
 
 def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldconfig",
                  write_conf: bool = False, extra_files: list[tuple[str, bytes]] = (),
-                 no_pivot: bool = False, ldconfig_fd: int | None = None, jail: DeviceJail | None = None) -> None:
+                 no_pivot: bool = False, ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> None:
     """Update the container's /etc/ld.so.cache for `folders` (container paths).
 
     write_conf=False: the dirs are passed on ldconfig's command line (nvidia-container-cli
     configure). write_conf=True: they are recorded in /etc/ld.so.conf.d (the CDI hook).
-    `extra_files` are written (in-root) before ldconfig runs. `jail`: the deny-all device
-    cgroup ldconfig runs in, made on the host side by the caller (cgroups.device_jail());
-    made here when None. Either way it is removed when ldconfig is done.
+    `extra_files` are written (in-root) before ldconfig runs. `jail_site`: where ldconfig's
+    deny-all device cgroup is made (cgroups.JailSite, opened on the host side by a caller in
+    the container's mount namespace; opened here when None). The cgroup exists only while
+    ldconfig runs.
     """
-    if jail is None:
-        jail = device_jail()
+    site = jail_site if jail_site is not None else JailSite()
     try:
-        _run_ldconfig(root, folders, ldconfig, write_conf, extra_files, no_pivot, ldconfig_fd, jail)
+        jail = site.jail()
+        try:
+            _run_ldconfig(root, folders, ldconfig, write_conf, extra_files, no_pivot, ldconfig_fd, jail)
+        finally:
+            jail.close()
     finally:
-        jail.close()
+        if jail_site is None:
+            site.close()
 
 
 def _run_ldconfig(root: Root, folders: list[str], ldconfig: str, write_conf: bool,
