@@ -36,6 +36,7 @@ class HostCache:
         self.directory = directory or os.environ.get("NCT_CACHE_DIR") or "/run/nct"
         self._entries: dict[str, object] | None = None
         self._dirty = False
+        self._used: list[str] = []  # keys this process read or wrote: kept as the newest on save
 
     @staticmethod
     def key(path: str, st: os.stat_result) -> str | None:
@@ -117,12 +118,18 @@ class HostCache:
 
     def get(self, key: str | None) -> object:
         """The value stored for `key` (any JSON value; callers check its shape), or None."""
-        return None if key is None else self._load().get(key)
+        if key is None:
+            return None
+        value = self._load().get(key)
+        if value is not None:
+            self._used.append(key)
+        return value
 
     def put(self, key: str | None, value: object) -> None:
         if key is None:
             return
         self._load()[key] = value
+        self._used.append(key)
         self._dirty = True
 
     def save(self) -> None:
@@ -135,6 +142,9 @@ class HostCache:
             if not self._trusted_dir():
                 return
             entries = {k: v for k, v in self._load().items() if os.path.lexists(k.rpartition("|")[0])}
+            for k in self._used:  # what this run used is the newest: a full cache evicts others first
+                if k in entries:
+                    entries[k] = entries.pop(k)
             if len(entries) > self.max_entries:
                 entries = dict(list(entries.items())[-self.max_entries:])
             import json

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 
@@ -208,3 +209,43 @@ def test_legacy_cuda_compat_rule_with_a_real_note(tmp_path, rootfs, host_gpu, ho
     assert res.returncode == 0, res.stderr
     assert ("/usr/local/cuda/compat" in res.stdout) is used
     assert ("libcuda.so.1 (libc6,x86-64) => /usr/local/cuda/compat/libcuda.so.1" in ld_cache_entries(rootfs)) is used
+
+
+@needs_gcc
+def test_configure_after_pivot_opens_no_container_node(tmp_path, rootfs, host_gpu):
+    """configure --pid after `runc create`: the container is running in its root, and may have
+    replaced its /dev/null by any node (here one of a loop device standing for the host's
+    disk). ldconfig's stdin must not be that node: nothing host-side opens it."""
+    import json as _json
+    import stat as _stat
+    import uuid
+
+    from e2e.scratchdisk import OpenWatch, ScratchDisk
+    from hookhelper import load
+    from nct.container.apply import ApplyOptions, apply_edits
+
+    if not shutil.which("losetup"):
+        pytest.skip("needs losetup")
+    disk = ScratchDisk(tmp_path / "disk.img")
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "true"])
+    edits, _ = load(write_edits(str(tmp_path / "edits.json"), gpu_edits(host_gpu)))
+    cid = "nct-test-" + uuid.uuid4().hex[:10]
+    watch = OpenWatch()
+    try:
+        with open(tmp_path / "out.txt", "w") as f:  # a file: create's stdio stays open until exit
+            subprocess.run(["runc", "create", "--bundle", bundle, cid], stdout=f, stderr=f, stdin=subprocess.DEVNULL,
+                           check=True, timeout=60)
+        pid = _json.loads(subprocess.run(["runc", "state", cid], capture_output=True, text=True,
+                                         check=True).stdout)["pid"]
+        node = f"/proc/{pid}/root/dev/null"
+        os.unlink(node)
+        os.mknod(node, _stat.S_IFBLK | 0o666, disk.rdev)
+        watch.add(node)
+        apply_edits(edits, rootfs, pid, ApplyOptions())
+        assert watch.opened() == [], "a host process opened the container's /dev/null node"
+    finally:
+        watch.close()
+        subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+        disk.close()
+    assert "libnvfake.so.1 (libc6,x86-64)" in ld_cache_entries(rootfs)

@@ -83,3 +83,27 @@ def test_racily_new_files_are_not_cached(tmp_path, monkeypatch):
     assert info is not None
     c.save()
     assert not (tmp_path / "c" / CACHE_NAME).exists() or (tmp_path / "c" / CACHE_NAME).read_text() == "{}"
+
+
+def test_a_full_cache_keeps_what_the_last_run_used(tmp_path, monkeypatch):
+    """At max_entries, a save evicts the oldest entries: never the ones the saving run itself
+    read (a hit keeps its old position in the file), or the next run misses them again and
+    rewrites the cache on every container start."""
+    monkeypatch.setattr(ElfCache, "max_entries", 3)
+    files = []
+    for i in range(4):
+        f = tmp_path / f"f{i}"
+        f.write_text(str(i))
+        os.utime(f, (time.time() - 60,) * 2)
+        files.append(str(f))
+    keys = [ElfCache.key(f, os.stat(f)) for f in files]
+    c = ElfCache(str(tmp_path / "c"))
+    for k in keys[:3]:
+        c.put(k, "v")
+    c.save()
+    c = ElfCache(str(tmp_path / "c"))
+    assert c.get(keys[0]) == "v"  # the oldest, used again
+    c.put(keys[3], "v")
+    c.save()
+    c = ElfCache(str(tmp_path / "c"))
+    assert [c.get(k) for k in keys] == ["v", None, "v", "v"]

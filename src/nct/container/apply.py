@@ -28,7 +28,7 @@ import os
 import stat
 
 from nct.container import syscalls as sc
-from nct.container.cgroups import DeviceRule, allow_devices
+from nct.container.cgroups import DeviceRule, JailSite, allow_devices
 from nct.container.rootfs import Root
 from nct.edits.model import ContainerEdits
 from nct.errors import ContainerError
@@ -225,6 +225,7 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         nsfd = os.open(f"{host_proc}/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"container pid {pid}: {e.strerror}") from None
+    proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # ours, for Root's mount checks
     try:
         sc.setns(nsfd, sc.CLONE_NEWNS, f"mount namespace of pid {pid}")
     finally:
@@ -237,7 +238,7 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
             if candidate == "/" and not sc.new_mount_api():
                 raise ContainerError(PIVOTED)
-            return Root(candidate)
+            return Root(candidate, proc_self=proc_self)
     raise ContainerError(f"rootfs {rootfs} not found in the mount namespace of pid {pid}")
 
 
@@ -372,6 +373,7 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     host_ld = ldconfig.host_ldconfig(options.ldconfig)
     if run_ld and host_ld is not None:
         ld_fd = ldconfig.sealed_copy(host_ld)
+    jails = JailSite() if run_ld else None  # host side: the container's view may lack our cgroup
 
     # -- container side --
     root = _enter(rootfs, pid, options.host_proc)
@@ -391,4 +393,4 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
                              legacy=True)
     if run_ld:
         ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
-                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd)
+                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd, jail_site=jails)

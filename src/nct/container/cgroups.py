@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import resource
 import struct
+import time
 
 from nct.container import syscalls as sc
 from nct.errors import ContainerError
@@ -239,3 +240,131 @@ def allow_devices(pid: int, rules: list[DeviceRule], proc_root: str = "/proc") -
         allow_v2(v2_dir, rules)
     else:
         raise ContainerError(f"no device cgroup found for pid {pid}")
+
+
+# ---- a deny-all device cgroup for the processes we run against an image -------------------
+# Which hierarchies JailSite.jail() tries, in order (tests pin one: 1 = v1 devices controller,
+# 2 = a BPF program on the unified hierarchy).
+JAIL_VERSIONS: tuple[int, ...] = (1, 2)
+JAIL_STALE_S = 300
+
+
+class DeviceJail:
+    """A fresh child of our own device cgroup in which no device may be opened (v1: `a` in
+    devices.deny; v2: a deny-all BPF device program). ldconfig runs in it, so that a device
+    node planted in the image is refused by the kernel even if a mount still allowed it.
+    Made through directory fds (JailSite, opened on the host side: the container's mount
+    namespace may not show our cgroup): `enter()` moves the calling process in, `close()`
+    removes the cgroup."""
+
+    def __init__(self, parent_fd: int = -1, name: str = "", procs_fd: int = -1, version: int = 0,
+                 problem: str = "") -> None:
+        self.parent_fd, self.name, self.procs_fd, self.version = parent_fd, name, procs_fd, version
+        self.problem = problem  # why there is no jail (empty when there is one)
+
+    def enter(self) -> None:
+        """Move the calling process (and so everything it forks) into the jail."""
+        if self.procs_fd >= 0:
+            os.write(self.procs_fd, b"0")
+
+    def close(self) -> None:
+        if self.procs_fd >= 0:
+            os.close(self.procs_fd)
+            self.procs_fd = -1
+        if self.parent_fd >= 0:
+            for _ in range(100):  # the killed PID namespace may take a moment to leave it
+                try:
+                    os.rmdir(self.name, dir_fd=self.parent_fd)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+            self.parent_fd = -1  # the JailSite's fd: closed with the site
+
+
+class JailSite:
+    """Where jails are made: an fd of our own cgroup directory per hierarchy (v1 devices,
+    v2), in JAIL_VERSIONS order. Cheap (no cgroup is created until `jail()`); open it on the
+    host side, before entering a container's mount namespace."""
+
+    def __init__(self) -> None:
+        self.dirs: list[tuple[int, int, str]] = []  # (version, fd, path)
+        self.problems: list[str] = []
+        for version in JAIL_VERSIONS:
+            try:
+                base = _own_cgroup_dir(version)
+            except (ContainerError, OSError) as e:
+                self.problems.append(str(e))
+                continue
+            if base is None:
+                self.problems.append(f"no cgroup v{version} {'devices controller' if version == 1 else 'hierarchy'}")
+                continue
+            try:
+                self.dirs.append((version, os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), base))
+            except OSError as e:
+                self.problems.append(f"cgroup v{version} {base}: {e.strerror}")
+
+    def jail(self) -> DeviceJail:
+        """A new deny-all device cgroup; one whose `problem` says why none could be made (no
+        writable cgroup: a nested container, a cgroup namespace): callers report it and rely
+        on their nodev mounts."""
+        problems = list(self.problems)
+        for version, parent, base in self.dirs:
+            name = f"nct-ldconfig-{os.urandom(8).hex()}"
+            jail = DeviceJail(parent, name, -1, version)
+            try:
+                _sweep(parent)
+                os.mkdir(name, 0o700, dir_fd=parent)
+                cg = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+                try:
+                    if version == 1:
+                        fd = os.open("devices.deny", os.O_WRONLY | os.O_CLOEXEC, dir_fd=cg)
+                        try:
+                            os.write(fd, b"a")
+                        finally:
+                            os.close(fd)
+                    else:
+                        _attach_fd(cg, deny_all_program(), f"{base}/{name}")
+                    jail.procs_fd = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=cg)
+                finally:
+                    os.close(cg)
+                return jail
+            except (OSError, ContainerError) as e:
+                problems.append(f"cgroup v{version} {base}/{name}: {getattr(e, 'strerror', None) or e}")
+                jail.close()
+        return DeviceJail(problem="; ".join(problems) or "no cgroup hierarchy")
+
+    def close(self) -> None:
+        for _, fd, _ in self.dirs:
+            os.close(fd)
+        self.dirs = []
+
+
+def _attach_fd(cgroup_fd: int, insns: bytes, what: str) -> None:
+    _raise_memlock()
+    prog = sc.bpf_prog_load_device(insns)
+    try:
+        sc.bpf_prog_attach(cgroup_fd, prog, sc.BPF_F_ALLOW_MULTI, what=what)
+    finally:
+        os.close(prog)
+
+
+def _sweep(parent: int) -> None:
+    """Remove jails left by a process that died before closing its own (a killed hook):
+    any older than a jail can live (ldconfig's timeout and then some). rmdir only removes an
+    empty cgroup."""
+    now = time.time()
+    for entry in os.listdir(parent):
+        if not entry.startswith("nct-ldconfig-"):
+            continue
+        try:
+            if now - os.stat(entry, dir_fd=parent, follow_symlinks=False).st_mtime > JAIL_STALE_S:
+                os.rmdir(entry, dir_fd=parent)
+        except OSError:
+            pass
+
+
+def _own_cgroup_dir(version: int) -> str | None:
+    v1_dir, v2_dir = find_device_cgroups(os.getpid())
+    return v1_dir if version == 1 else v2_dir

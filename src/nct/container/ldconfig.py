@@ -2,8 +2,10 @@
 
 The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
 anything else happens, so the binary we run cannot be swapped by the image. A forked child
-then takes its own mount namespace, makes every mount private, pivots into the container root
-(chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
+then enters a deny-all device cgroup (made through cgroups.JailSite, opened on the host side), takes its
+own mount namespace, makes every mount private, binds a copy of the container root whose
+every mount is nodev,nosuid (and read-only below the root: no writes into volumes) onto the
+root, pivots into it (chroot with --no-pivot, or when pivot_root is refused), hides /sys, /dev and /proc behind
 read-only tmpfs mounts, leaves the host's network, IPC, UTS and PID namespaces, keeps only
 CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (bounding, effective, permitted, inheritable; no new
 privileges) and forks ldconfig as PID 1 of its new PID namespace (so it can neither see nor
@@ -27,12 +29,14 @@ import struct
 import time
 
 from nct.container import syscalls as sc
+from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root, open_regular
 from nct.errors import ContainerError
 from nct.sigreset import default_signals
 
 MFD_EXEC = 0x10
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
+CACHE_TEMP = "/etc/ld.so.cache~"  # glibc ldconfig: open(O_CREAT|O_WRONLY|O_TRUNC), then rename
 # Seconds ldconfig may run (blocked time included: SIGALRM, set right before execve); the
 # parent kills it a little later still, in case it ignores the alarm.
 LDCONFIG_TIMEOUT = 30
@@ -88,13 +92,19 @@ def _check_static_elf(fd: int, path: str) -> None:
 
 def sealed_copy(path: str) -> int:
     """A sealed, read-only memfd holding a copy of executable `path` (a static ELF)."""
-    try:
-        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # O_PATH first: a device node or FIFO named here is refused without being opened
+        ref = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        if not stat.S_ISREG(os.fstat(ref).st_mode):
             raise ContainerError(f"ldconfig {path}: not a regular file")
+        src = os.open(sc.fd_path(ref), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
+    finally:
+        os.close(ref)
+    try:
         _check_static_elf(src, path)
         try:
             mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
@@ -298,13 +308,11 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
     path = f"/etc/ld-musl-{os.uname().machine}.path"
     current: list[str] = []
     try:
-        fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = root.open_regular(path)
     except FileNotFoundError:
         current = list(MUSL_DEFAULT)
     else:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ContainerError(f"{path} in container root {root.path}: not a regular file")
             text = os.read(fd, 1 << 20).decode(errors="replace")
         finally:
             os.close(fd)
@@ -329,31 +337,120 @@ def _hide(path: str) -> None:
             os.write(2, f"warning: cannot hide {path}: {e}\n".encode())
 
 
-def _enter_root(root: Root, no_pivot: bool) -> None:
-    """In a fresh private mount namespace, make the container root our "/". The root is
-    re-opened by path in the new namespace (an fd from before unshare still points at the
-    old namespace's mounts) and checked to be the same directory."""
-    want = os.fstat(root.fd)
-    sc.unshare(sc.CLONE_NEWNS)
-    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
-    fd = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
-        raise ContainerError(f"container root {root.path} changed while entering it")
-    if not no_pivot:
+# Mount flags every mount of ldconfig's view of the root gets: no device node and no set-id
+# file of the image (or of a volume) means anything there.
+SEALED_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: octal escapes (\\040 for a space...) decoded."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
+    """Mount points in a mountinfo text that are `top` or lie below it, shallowest first."""
+    top = top.rstrip("/") or "/"
+    prefix = top if top == "/" else top + "/"
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ", 5)
+        if len(fields) < 5:
+            continue
+        point = _unescape(fields[4])
+        if point == top or point.startswith(prefix):
+            points.append(point)
+    points.sort(key=lambda p: p.count("/"))
+    return points
+
+
+def _seal_mounts_mount2(top: str) -> None:
+    """mount(2) fallback for SEALED_ATTRS (no mount_setattr: Linux < 5.12): remount every
+    mount at or below `top` (our private copies), keeping its other flags, and check each.
+    Mounts below the root are made read-only as well: ldconfig, as host root, must not
+    write into a volume (a bind mount a non-root container user may not be able to write)
+    through an image symlink; the image's own filesystem is the root mount."""
+    with open("/proc/self/mountinfo") as f:
+        text = f.read()
+    keep_mask = sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
+    for point in mounts_at_or_below(text, top):
         try:
-            # pivot_root needs the root to be a mount point: bind it onto itself
-            if sc.new_mount_api():
-                tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE
-                                    | sc.AT_EMPTY_PATH)
+            fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # overmounted or gone: not reachable from the root either
+        try:
+            keep = os.fstatvfs(fd).f_flag & keep_mask
+            if point.rstrip("/") != top.rstrip("/"):
+                keep |= sc.MS_RDONLY
+            sc.mount(None, sc.fd_path(fd), None, sc.MS_REMOUNT | sc.MS_BIND | keep | sc.ms_flags(SEALED_ATTRS),
+                     what=f"nodev view of {point}")
+            if not os.fstatvfs(fd).f_flag & sc.MS_NODEV:
+                raise ContainerError(f"mount {point}: still allows device nodes after remounting nodev")
+        finally:
+            os.close(fd)
+
+
+def _sealed_root(root: Root) -> int:
+    """In our private mount namespace: bind the container root onto itself (recursively) with
+    every mount of the copy nodev,nosuid (and every mount below the root read-only: no
+    writes into volumes), and return an O_PATH fd of it. ldconfig sees the
+    root only through this copy, so a device node the image ships (/etc/ld.so.cache~ as a
+    block device, a lib*.so link to one, a conf entry) cannot be opened as a device. The
+    container's own mounts are not changed (the copy is private). Fails closed."""
+    want = os.fstat(root.fd)
+    fd = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+            raise ContainerError(f"container root {root.path} changed while entering it")
+        if sc.new_mount_api():
+            tree = sc.open_tree(fd, "", sc.OPEN_TREE_CLONE | sc.OPEN_TREE_CLOEXEC | sc.AT_RECURSIVE | sc.AT_EMPTY_PATH)
+            try:
+                # every mount below the root read-only too (volumes: see _seal_mounts_mount2)
+                sc.mount_setattr(tree, SEALED_ATTRS | sc.MOUNT_ATTR_RDONLY, recursive=True,
+                                 what=f"container root {root.path}")
+                if not os.fstatvfs(fd).f_flag & sc.MS_RDONLY:  # the root itself as it was
+                    sc.mount_setattr(tree, 0, sc.MOUNT_ATTR_RDONLY, what=f"container root {root.path}")
                 sc.move_mount(tree, "", fd, "", sc.MOVE_MOUNT_F_EMPTY_PATH | sc.MOVE_MOUNT_T_EMPTY_PATH,
                               "container root")
-            else:
-                sc.mount(sc.fd_path(fd), sc.fd_path(fd), None, sc.MS_BIND | sc.MS_REC)
-                tree = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                st = os.fstat(tree)
-                if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
-                    raise ContainerError(f"container root {root.path} changed while entering it")
+            except BaseException:
+                os.close(tree)
+                raise
+        else:
+            real = os.readlink(sc.fd_path(fd))  # its name in this namespace, symlinks resolved
+            sc.mount(sc.fd_path(fd), sc.fd_path(fd), None, sc.MS_BIND | sc.MS_REC)
+            _seal_mounts_mount2(real)
+            tree = os.open(real, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            st = os.fstat(tree)
+            if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
+                os.close(tree)
+                raise ContainerError(f"container root {root.path} changed while entering it")
+        if not os.fstatvfs(tree).f_flag & sc.MS_NODEV:
+            os.close(tree)
+            raise ContainerError(f"container root {root.path}: cannot mount it nodev for ldconfig")
+        return tree
+    finally:
+        os.close(fd)
+
+
+def _enter_root(root: Root, no_pivot: bool) -> None:
+    """In a fresh private mount namespace, make a nodev,nosuid copy of the container root our
+    "/". The root is re-opened by path in the new namespace (an fd from before unshare still
+    points at the old namespace's mounts) and checked to be the same directory."""
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    tree = _sealed_root(root)
+    if not no_pivot:
+        try:
             os.fchdir(tree)
             sc.pivot_root(".", ".")
             sc.umount2(".", sc.MNT_DETACH)
@@ -361,20 +458,38 @@ def _enter_root(root: Root, no_pivot: bool) -> None:
             return
         except ContainerError as e:  # e.g. the root is initramfs: chroot below (still private)
             os.write(2, f"warning: pivot_root refused ({e}); using chroot\n".encode())
-    os.fchdir(fd)
+    os.fchdir(tree)
     os.chroot(".")
     os.chdir("/")
 
 
 def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldconfig",
                  write_conf: bool = False, extra_files: list[tuple[str, bytes]] = (),
-                 no_pivot: bool = False, ldconfig_fd: int | None = None) -> None:
+                 no_pivot: bool = False, ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> None:
     """Update the container's /etc/ld.so.cache for `folders` (container paths).
 
     write_conf=False: the dirs are passed on ldconfig's command line (nvidia-container-cli
     configure). write_conf=True: they are recorded in /etc/ld.so.conf.d (the CDI hook).
-    `extra_files` are written (in-root) before ldconfig runs.
+    `extra_files` are written (in-root) before ldconfig runs. `jail_site`: where ldconfig's
+    deny-all device cgroup is made (cgroups.JailSite, opened on the host side by a caller in
+    the container's mount namespace; opened here when None). The cgroup exists only while
+    ldconfig runs.
     """
+    site = jail_site if jail_site is not None else JailSite()
+    try:
+        jail = site.jail()
+        try:
+            _run_ldconfig(root, folders, ldconfig, write_conf, extra_files, no_pivot, ldconfig_fd, jail)
+        finally:
+            jail.close()
+    finally:
+        if jail_site is None:
+            site.close()
+
+
+def _run_ldconfig(root: Root, folders: list[str], ldconfig: str, write_conf: bool,
+                  extra_files: list[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
+                  jail: DeviceJail) -> None:
     if write_conf and update_musl_path(root, folders):
         return
     own_fd = ldconfig_fd is None
@@ -396,10 +511,13 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
         args.extend(conf_folders(folders))
     # Writes happen in-root from here (the child below is chrooted anyway).
     root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
+    # ldconfig truncates its temp file in place: one the image ships that is not a regular
+    # file (a device node) would fail it on our nodev view (or, unconfined, be written to).
+    root.remove_unless_regular(CACHE_TEMP)
     for path, data in files:
         root.write_file(path, data, 0o644)
     try:
-        _spawn(root, ldconfig_fd, argv0, args, no_pivot)
+        _spawn(root, ldconfig_fd, argv0, args, no_pivot, jail)
     finally:
         if own_fd and ldconfig_fd is not None:
             os.close(ldconfig_fd)
@@ -418,7 +536,9 @@ def _wait_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool) -> None:
+def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool, jail: DeviceJail) -> None:
+    if jail.problem:  # the nodev view below still keeps devices out; say what is missing
+        os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # child: never returns
@@ -427,14 +547,20 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             os.close(err_r)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
-            devnull = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(devnull, 0)
-            # only what ldconfig needs may outlive the fork: the caller's fds (one per
-            # mounted source, say) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
+            # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
+            # (configure --pid), "/dev/null" is the container's, which it may have replaced
+            # by any node (a watchdog arms when opened)
+            empty_r, empty_w = os.pipe()
+            os.close(empty_w)
+            os.dup2(empty_r, 0)
+            os.close(empty_r)
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+            jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
+            # only what ldconfig needs may outlive the fork: the caller's fds (one per
+            # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
+            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(root, no_pivot)
             for d in ("/proc", "/sys", "/dev"):

@@ -27,11 +27,29 @@ def _comps(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
 
 
-class Root:
-    """An open container root directory. Close it (or use `with`) when done."""
+def _mountinfo_table(text: str) -> dict[int, tuple[str, str]]:
+    """mount id -> (root of the mount within its filesystem, filesystem type)."""
+    table = {}
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(" "), right.split(" ")
+        if len(fields) >= 5 and rfields and fields[0].isdigit():
+            table[int(fields[0])] = (fields[3], rfields[0])
+    return table
 
-    def __init__(self, path: str, fd: int | None = None):
+
+class Root:
+    """An open container root directory. Close it (or use `with`) when done.
+
+    `proc_self`: an fd of this process's /proc/self in the host's procfs, taken before
+    entering the container's mount namespace (where /proc may be the container's own, which
+    does not show us); opened from /proc/self when first needed otherwise."""
+
+    def __init__(self, path: str, fd: int | None = None, proc_self: int | None = None):
         self.path = path
+        self._proc_self = proc_self if proc_self is not None else -1
+        self._root_mnt: int | None = None
+        self._mounts: dict[int, tuple[str, str]] = {}
         try:
             self.fd = fd if fd is not None else os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -41,6 +59,57 @@ class Root:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self._proc_self >= 0:
+            os.close(self._proc_self)
+            self._proc_self = -1
+
+    # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
+    def _proc(self, name: str) -> str:
+        if self._proc_self < 0:
+            self._proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._proc_self)
+        try:
+            chunks = []
+            while True:
+                b = os.read(fd, 1 << 16)
+                if not b:
+                    return b"".join(chunks).decode(errors="replace")
+                chunks.append(b)
+        finally:
+            os.close(fd)
+
+    def _mount_id(self, fd: int) -> int:
+        for line in self._proc(f"fdinfo/{fd}").splitlines():
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+        raise OSError(errno.ENOSYS, "no mnt_id in fdinfo")
+
+    def own_filesystem(self, dir_fd: int) -> bool:
+        """Whether directory `dir_fd` is on the image's own filesystem: the mount of the root
+        itself, or a tmpfs the runtime made for the container (/dev, /run: a fresh tmpfs, its
+        mount root "/"). A volume (a bind mount of a host or shared directory) is not."""
+        if self._root_mnt is None:
+            self._root_mnt = self._mount_id(self.fd)
+        mnt = self._mount_id(dir_fd)
+        if mnt == self._root_mnt:
+            return True
+        if mnt not in self._mounts:
+            self._mounts = _mountinfo_table(self._proc("mountinfo"))
+        mount_root, fstype = self._mounts.get(mnt, ("?", "?"))
+        return fstype == "tmpfs" and mount_root == "/"
+
+    def _creatable(self, dir_fd: int, path: str) -> None:
+        """Refuse to create (or replace) anything in a directory outside the image's own
+        filesystem: as host root we could write where the container's user cannot, into a
+        volume shared with the host or other containers (an image symlink leads there)."""
+        try:
+            own = self.own_filesystem(dir_fd)
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: cannot tell which mount its directory "
+                                 f"is on ({e.strerror})") from None
+        if not own:
+            raise ContainerError(f"refusing to create {path} in container root {self.path}: its directory is on a "
+                                 "volume, not the image's own filesystem (an image symlink into a bind mount?)")
 
     def __enter__(self) -> "Root":
         return self
@@ -77,6 +146,7 @@ class Root:
                 except FileNotFoundError:
                     if not create_dirs or (last and want != "dir"):
                         raise
+                    self._creatable(cur(), f"{where().rstrip('/')}/{comp}")
                     try:
                         os.mkdir(comp, mode, dir_fd=cur())
                     except FileExistsError:
@@ -143,6 +213,22 @@ class Root:
         finally:
             os.close(fd)
 
+    def open_regular(self, path: str, *, follow: bool = True) -> int:
+        """A read-only fd of the regular file at `path`. The object is opened O_PATH (which
+        never reaches a driver or blocks on a FIFO), checked to be a regular file, and only
+        then re-opened for reading through its fd: a device node, FIFO or socket the image
+        put there is refused (ContainerError) without ever being opened. FileNotFoundError
+        when absent."""
+        fd = self.open(path, _O_PATH | (0 if follow else os.O_NOFOLLOW), follow=follow)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ContainerError(f"{path} in container root {self.path}: not a regular file")
+            return os.open(sc.fd_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+
     def resolve(self, path: str) -> str:
         """The in-root path `path` resolves to (symlinks followed inside the root)."""
         fd, inroot = self._walk(path, create_dirs=False, follow_last=True)
@@ -201,6 +287,7 @@ class Root:
                 try:
                     fd = os.open(name, _O_PATH | os.O_NOFOLLOW, dir_fd=pfd)
                 except FileNotFoundError:
+                    self._creatable(pfd, path)
                     try:
                         os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                                          mode, dir_fd=pfd))
@@ -233,6 +320,11 @@ class Root:
         pfd, name = self.parent(path)
         tmp = f".{name}.nct-{os.urandom(16).hex()[:8]}"
         try:
+            self._creatable(pfd, path)
+        except ContainerError:
+            os.close(pfd)
+            raise
+        try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=pfd)
             try:
                 os.write(fd, data)
@@ -263,6 +355,28 @@ class Root:
         self.write_file(path, data, mode)
         return True
 
+    def remove_unless_regular(self, path: str) -> bool:
+        """Unlink `path` when it exists and is not a regular file or directory (a device node,
+        FIFO, socket or symlink where a program will create a file). Returns whether it did."""
+        try:
+            pfd, name = self.parent(path, create=False)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                st = os.lstat(name, dir_fd=pfd)
+            except FileNotFoundError:
+                return False
+            if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                return False
+            self._creatable(pfd, path)
+            os.unlink(name, dir_fd=pfd)
+            return True
+        except OSError as e:
+            raise ContainerError(f"remove {path} in container root {self.path}: {e.strerror}") from None
+        finally:
+            os.close(pfd)
+
     def symlink(self, target: str, link: str) -> bool:
         """Make `link` a symlink to `target` (atomically replacing a non-directory there).
         Returns False when it already pointed there."""
@@ -278,6 +392,7 @@ class Root:
                     raise ContainerError(f"symlink {link}: a directory is in the way in container root {self.path}")
             except FileNotFoundError:
                 pass
+            self._creatable(pfd, link)
             tmp = f".{name}.nct-{os.urandom(16).hex()[:8]}"
             os.symlink(target, tmp, dir_fd=pfd)
             try:
@@ -295,6 +410,12 @@ class Root:
         """Create a device node unless something is already there."""
         pfd, name = self.parent(path)
         try:
+            try:
+                os.lstat(name, dir_fd=pfd)
+                return  # something is already there
+            except FileNotFoundError:
+                pass
+            self._creatable(pfd, path)
             os.mknod(name, mode, os.makedev(major, minor), dir_fd=pfd)
         except FileExistsError:
             pass
@@ -332,22 +453,12 @@ class Root:
 
 
 def open_regular(root: Root, path: str) -> int | None:
-    """A read-only fd of the regular file `path` resolves to in the root (in-root symlinks
-    followed, never the host's view), or None when it is absent or not a regular file. The
-    object is pinned with O_PATH and checked before it is opened, so an image's device node,
-    FIFO or socket is never opened; O_NONBLOCK besides."""
+    """`root.open_regular(path)`, or None when the file is absent or not a regular file (for
+    best-effort reads: conf files, notes)."""
     try:
-        pfd = root.open(path, _O_PATH)
+        return root.open_regular(path)
     except (FileNotFoundError, ContainerError):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(pfd).st_mode):
-            return None
-        return os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    finally:
-        os.close(pfd)
 
 
 def read_regular(root: Root, path: str, limit: int) -> bytes | None:
