@@ -138,6 +138,15 @@ def test_mixed_list_and_capabilities(sim_node, rootfs):
 HEAVY = ("click", "pynvml", "elftools", "yaml", "jsonschema", "tomlkit")
 
 
+def wait_out_racy_window(sim_node) -> None:
+    """Sleep until the node's driver files are older than the ELF cache's "racily new" window
+    (nct.hostcache never caches a file changed in the last RACY_SECONDS), as on a real node:
+    a freshly built sim node would otherwise always load pyelftools."""
+    newest = max(max(st.st_mtime, st.st_ctime) for p in (sim_node.dir / "root").rglob("*.so*")
+                 if p.is_file() and (st := p.stat()))
+    time.sleep(max(0.0, RACY_SECONDS + 0.2 - (time.time() - newest)))
+
+
 @pytest.mark.parametrize("visible", ["all", "MIG"])
 def test_hook_stays_light(sim_node, rootfs, tmp_path, visible):
     """The hook process never imports click, pyelftools, YAML/JSON-schema/tomlkit, nor
@@ -153,6 +162,7 @@ def test_hook_stays_light(sim_node, rootfs, tmp_path, visible):
     bundle = bundle_with_hook(rootfs, "cuda-probe", [f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks=hooks)
     # The first run may meet a cold host ELF cache (other tests' nodes can have pushed this
     # node's entries out) and then rightly loads pyelftools; the steady state is the second.
+    wait_out_racy_window(sim_node)
     assert runc_run(sim_node, bundle).returncode == 0
     res = runc_run(sim_node, bundle)
     assert res.returncode == 0, res.stderr.decode()
@@ -187,9 +197,7 @@ def test_hook_start_up_imports(sim_node, rootfs, tmp_path):
     -X importtime, not with timings."""
     # Steady state, as on a node: driver files older than the ELF cache's "racily new"
     # window (nct.hostcache) and one container already started, so the cache holds them.
-    newest = max(max(st.st_mtime, st.st_ctime) for p in (sim_node.dir / "root").rglob("*.so*")
-                 if p.is_file() and (st := p.stat()))
-    time.sleep(max(0.0, RACY_SECONDS + 0.2 - (time.time() - newest)))
+    wait_out_racy_window(sim_node)
     warm = runc_run(sim_node, bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"]))
     assert warm.returncode == 0, warm.stderr.decode()
     (rootfs.parent / "config.json").unlink()
