@@ -14,7 +14,7 @@ mv /out/tmp/nct-python "$P"
 rm -rf /out/tmp
 L=$P/lib/python3.11
 rm -rf "$L/test" "$L/idlelib" "$L/tkinter" "$L/turtledemo" "$L/lib2to3" "$L/ensurepip" "$L/turtle.py" \
-    "$L/pydoc_data" "$L/config-3.11-x86_64-linux-gnu" "$L/site-packages" "$L/distutils/tests" \
+    "$L/pydoc_data" "$L/distutils" "$L/config-3.11-x86_64-linux-gnu" "$L/site-packages" \
     "$L/unittest/test" "$L/ctypes/test" "$L/sqlite3/test" "$L/tkinter" \
     "$P/include" "$P/share" "$P/lib/pkgconfig" "$P/lib/libpython3.11.a"
 find "$P/bin" -mindepth 1 ! -name python3.11 -delete
