@@ -38,6 +38,7 @@ def toolkit_tree() -> Path:
         pytest.skip("needs gcc (static launcher)")
     out = CACHE / "toolkit" / _key()
     if (out / "python" / "NCT-TOOLKIT").is_file():
+        os.utime(out)  # in use: kept by the pruning below
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / ".lock", "w") as lock:
@@ -46,6 +47,7 @@ def toolkit_tree() -> Path:
             r = subprocess.run([sys.executable, str(TOOLKIT_DIR / "assemble.py"), "--out", str(out)],
                                capture_output=True, text=True)
             assert r.returncode == 0, r.stdout + r.stderr
+            os.utime(out)
         for old in out.parent.iterdir():  # trees of other checkouts, untouched for a day
             if old.is_dir() and old != out and time.time() - old.stat().st_mtime > 86400:
                 shutil.rmtree(old, ignore_errors=True)
