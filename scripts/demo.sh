@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-    python3 python3-venv gcc gcc-multilib libc6-dev runc busybox-static >/dev/null
+    python3 python3-venv gcc gcc-multilib libc6-dev xz-utils runc busybox-static >/dev/null
 # A throwaway venv only for pip (fetching the pinned wheels); the toolkit does not use it.
 python3 -m venv /var/cache/nct/build-venv
 rm -rf /opt/nct
