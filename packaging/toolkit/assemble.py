@@ -144,13 +144,19 @@ def assemble(out: Path, cache: Path) -> Path:
     try:
         subprocess.run(["tar", "-xJf", str(RUNTIME), "-C", str(stage)], check=True)
         site = stage / STDLIB
+        stdlib = {p.name for p in site.iterdir()}
         for whl in wheels:
             install_wheel(whl, site)
         install_nct(site)
         python = stage / "python/bin/python3"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
-        subprocess.run([str(python), "-I", "-S", "-m", "compileall", "-q", "-j0", "--invalidation-mode",
-                        "unchecked-hash", str(site)], check=True, env=env)
+        # Same bytes every time: a fixed hash seed (set constants are marshalled in hash order;
+        # so no -I here, the environment is this one) and one process; the runtime's own
+        # stdlib is compiled already.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"}
+        added = sorted({p.name for p in site.iterdir()} - stdlib)
+        subprocess.run([str(python), "-B", "-S", "-m", "compileall", "-f", "-q", "-j1", "--invalidation-mode",
+                        "unchecked-hash", *[str(site / n) for n in added if n.endswith(".py") or (site / n).is_dir()]],
+                       check=True, env=env)
         build_launcher(stage)
         from nct import __version__
 

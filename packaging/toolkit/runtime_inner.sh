@@ -6,8 +6,7 @@ set -euo pipefail
 cd /build/Python-$PYVER
 P=/out/python
 # A static libpython inside the binary (no --enable-shared): faster start-up, one file.
-./configure --prefix=/nct-python --without-ensurepip --disable-test-modules --with-lto=no \
-    LDFLAGS='-Wl,-rpath,\$$ORIGIN/../lib' >/dev/null
+./configure --prefix=/nct-python --without-ensurepip --disable-test-modules --with-lto=no >/dev/null
 make -j"$JOBS" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
 make install DESTDIR=/out/tmp >/dev/null 2>>make.log
 mv /out/tmp/nct-python "$P"
@@ -27,5 +26,8 @@ done
 strip --strip-unneeded "$P/bin/python3.11" "$L"/lib-dynload/*.so "$P"/lib/lib*.so.*
 patchelf --set-rpath '$ORIGIN/../lib' "$P/bin/python3.11"
 for so in "$L"/lib-dynload/*.so; do patchelf --set-rpath '$ORIGIN/../..' "$so"; done
-"$P/bin/python3.11" -I -S -m compileall -q -j0 --invalidation-mode unchecked-hash "$L"
+# Same bytes every build: a fixed hash seed (set/frozenset constants are marshalled in hash
+# order; -E is left off so PYTHONHASHSEED counts, the environment is env -i's), one process, and
+# -B -f: modules compileall itself imports must not leave timestamp-based files behind.
+PYTHONHASHSEED=0 "$P/bin/python3.11" -B -S -m compileall -f -q -j1 --invalidation-mode unchecked-hash "$L"
 echo "Python $PYVER runtime: $(du -sh $P | cut -f1)"
