@@ -126,6 +126,11 @@ def install(opts: InstallOptions) -> Installation:
     _check_pid_file(opts.toolkit_pid_file)
     inst = Installation(opts)
     root = Path(opts.toolkit_root)
+    if (root / MANIFEST).exists():  # an upgrade: the dirs the first install made are still ours
+        try:
+            inst.installed.dirs.extend(Installation.load(str(root)).installed.dirs)
+        except EngineConfigError:
+            pass
     try:
         inst.installed.mkdir(root)
         source = Path(opts.toolkit) if opts.toolkit else (None if opts.python else running_toolkit())
