@@ -6,8 +6,12 @@ set -euo pipefail
 cd /build/Python-$PYVER
 P=/out/python
 # A static libpython inside the binary (no --enable-shared): faster start-up, one file.
-./configure --prefix=/nct-python --without-ensurepip --disable-test-modules --with-lto=no >/dev/null
-make -j"$JOBS" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
+# PGO=1: profile-guided (training: pgo_task.py, seconds), LTO=1: link-time optimization.
+opt=()
+[ "${PGO:-0}" = 1 ] && opt+=(--enable-optimizations)
+[ "${LTO:-0}" = 1 ] && opt+=(--with-lto) || opt+=(--with-lto=no)
+./configure --prefix=/nct-python --without-ensurepip --disable-test-modules "${opt[@]}" >/dev/null
+make -j"$JOBS" PROFILE_TASK="-I -S /build/pgo_task.py" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
 make install DESTDIR=/out/tmp >/dev/null 2>>make.log
 mv /out/tmp/nct-python "$P"
 rm -rf /out/tmp
