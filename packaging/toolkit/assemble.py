@@ -118,13 +118,14 @@ def install_nct(site: Path) -> None:
 
 
 def build_launcher(out: Path) -> None:
-    """One static launcher, hard-linked under every command name."""
+    """One static launcher (no libc), hard-linked under every command name."""
     first = None
     for name in sorted(commands()):
         path = out / name
         if first is None:
-            subprocess.run(["gcc", "-static", "-Os", "-s", "-Wall", "-o", str(path), str(HERE / "launcher.c")],
-                           check=True)
+            subprocess.run(["gcc", "-static", "-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin",
+                            "-fno-asynchronous-unwind-tables", "-Os", "-s", "-Wall", "-o", str(path),
+                            str(HERE / "launcher.c")], check=True)
             first = path
         else:
             os.link(first, path)
