@@ -4,7 +4,7 @@
 # needs a glibc newer than 2.31, and write packaging/toolkit/prebuilt/<name>.tar.xz and its
 # .sha256 (both committed).  Deterministic: fixed SOURCE_DATE_EPOCH, build path, tar order,
 # mtimes and owners.  Needs root, debootstrap and network access to deb.debian.org.
-#   usage: [PGO=1] [LTO=1] packaging/toolkit/build_runtime.sh
+#   usage: [PGO=0] [LTO=0] packaging/toolkit/build_runtime.sh   (default: PGO and LTO on)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PYVER=3.11.2                       # Debian 12's python3.11
@@ -38,7 +38,7 @@ tar -xzf "$CACHE/src/$ORIG" -C "$ROOT/build"
 cp "$HERE/runtime_inner.sh" "$ROOT/build/inner.sh"
 cp "$HERE/pgo_task.py" "$ROOT/build/pgo_task.py"
 chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH \
-    LC_ALL=C TZ=UTC PYVER=$PYVER JOBS="${JOBS:-$(nproc)}" PGO="${PGO:-0}" LTO="${LTO:-0}" /bin/bash /build/inner.sh
+    LC_ALL=C TZ=UTC PYVER=$PYVER JOBS="${JOBS:-$(nproc)}" PGO="${PGO:-1}" LTO="${LTO:-1}" /bin/bash /build/inner.sh
 
 mkdir -p "$HERE/prebuilt"
 tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \

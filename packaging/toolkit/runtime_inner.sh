@@ -6,12 +6,13 @@ set -euo pipefail
 cd /build/Python-$PYVER
 P=/out/python
 # A static libpython inside the binary (no --enable-shared): faster start-up, one file.
-# PGO=1: profile-guided (training: pgo_task.py, seconds), LTO=1: link-time optimization.
+# PGO=1: profile-guided (training: pgo_task.py, seconds), LTO=1: link-time optimization
+# (build_runtime.sh's default: together they start as fast as Debian's own python3.11).
 opt=()
 [ "${PGO:-0}" = 1 ] && opt+=(--enable-optimizations)
 [ "${LTO:-0}" = 1 ] && opt+=(--with-lto) || opt+=(--with-lto=no)
 ./configure --prefix=/nct-python --without-ensurepip --disable-test-modules "${opt[@]}" >/dev/null
-make -j"$JOBS" PROFILE_TASK="-I -S /build/pgo_task.py" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
+PYTHONHASHSEED=0 make -j"$JOBS" PROFILE_TASK="-s -S /build/pgo_task.py" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
 make install DESTDIR=/out/tmp >/dev/null 2>>make.log
 mv /out/tmp/nct-python "$P"
 rm -rf /out/tmp
