@@ -155,8 +155,10 @@ def assemble(out: Path, cache: Path) -> Path:
         # stdlib is compiled already.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONHASHSEED": "0"}
         added = sorted({p.name for p in site.iterdir()} - stdlib)
+        # -s/-p: the recorded file names must not carry the random staging dir (the import
+        # system puts the real path back when it loads a .pyc)
         subprocess.run([str(python), "-B", "-S", "-m", "compileall", "-f", "-q", "-j1", "--invalidation-mode",
-                        "unchecked-hash", *[str(site / n) for n in added if n.endswith(".py") or (site / n).is_dir()]],
+                        "unchecked-hash", "-s", str(stage), "-p", "/nct-toolkit", *[str(site / n) for n in added if n.endswith(".py") or (site / n).is_dir()]],
                        check=True, env=env)
         build_launcher(stage)
         from nct import __version__
