@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Build the nct Debian package with dpkg-deb from this checkout (run with the Python
-whose nct and dependencies should be bundled):  python packaging/build_deb.py --out DIR
+"""Build the nct Debian package with dpkg-deb from this checkout:
+    python3 packaging/build_deb.py --out DIR [--toolkit TREE]
 
-Layout: /usr/lib/nct/python (nct + its Python deps), /usr/bin/<commands> (wrappers that
-run /usr/bin/python3 -IS on that library), /etc/nvidia-container-runtime/config.toml
-(conffile), the nvidia-cdi-refresh systemd units and udev rule, docs."""
+Layout: /usr/lib/nct (the self-contained toolkit of packaging/toolkit/assemble.py: its own
+Python, nct and its dependencies, static launchers; needs no host Python), /usr/bin/<commands>
+(symlinks to those launchers), /etc/nvidia-container-runtime/config.toml (conffile), the
+nvidia-cdi-refresh systemd units and udev rule, docs.  --toolkit reuses an assembled tree."""
 
 from __future__ import annotations
 
@@ -17,23 +18,30 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-LIB = Path("/usr/lib/nct/python")
+LIB = Path("/usr/lib/nct")
 
 
-def build(out: Path, python: str = "/usr/bin/python3") -> Path:
+def build(out: Path, toolkit: Path | None = None) -> Path:
     sys.path.insert(0, str(REPO / "src"))
+    sys.path.insert(0, str(HERE / "toolkit"))
+    from assemble import assemble, commands
     from nct import __version__
     from nct.config.edit import default_text
-    from nct.engines.bundle import Installed, copy_library, write_wrappers
 
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
                           check=True).stdout.strip()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nct-deb-") as tmp:
         stage = Path(tmp) / "root"
-        junk = Installed()
-        copy_library(stage / LIB.relative_to("/"), junk)
-        write_wrappers(stage / "usr/bin", LIB, python, junk)
+        tree = stage / LIB.relative_to("/")
+        if toolkit is None:
+            assemble(tree, Path("/var/cache/nct/wheels"))
+        else:
+            tree.parent.mkdir(parents=True)
+            shutil.copytree(toolkit, tree, symlinks=True)
+        (stage / "usr/bin").mkdir(parents=True)
+        for name in sorted(commands()):
+            (stage / "usr/bin" / name).symlink_to(f"../lib/nct/{name}")
         conf = stage / "etc/nvidia-container-runtime/config.toml"
         conf.parent.mkdir(parents=True)
         conf.write_text(default_text())
@@ -66,7 +74,8 @@ def build(out: Path, python: str = "/usr/bin/python3") -> Path:
             shutil.copy2(HERE / "debian" / script, debian / script)
             (debian / script).chmod(0o755)
         for p in stage.rglob("*"):
-            p.chmod(0o755 if p.is_dir() or p.stat().st_mode & 0o111 else 0o644)
+            if not p.is_symlink():
+                p.chmod(0o755 if p.is_dir() or p.stat().st_mode & 0o111 else 0o644)
         deb = out / f"nct_{__version__}_{arch}.deb"
         subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(stage), str(deb)],
                        check=True, capture_output=True)
@@ -76,9 +85,9 @@ def build(out: Path, python: str = "/usr/bin/python3") -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="dist", help="output directory (default: dist)")
-    ap.add_argument("--python", default="/usr/bin/python3", help="interpreter the commands run with")
+    ap.add_argument("--toolkit", default=None, help="an assembled toolkit tree (default: assemble one)")
     args = ap.parse_args()
-    print(build(Path(args.out).resolve(), args.python))
+    print(build(Path(args.out).resolve(), Path(args.toolkit).resolve() if args.toolkit else None))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import click
 
 from nct.engines.bundle import Installed, base_python, copy_library, write_wrappers
 from nct.engines.files import atomic_write, read_text, remove_file
+from nct.engines.toolkit import copy_toolkit, running_toolkit
 from nct.engines.model import DEFAULT_CONFIG, DEFAULT_DROP_IN, EngineRequest, RuntimeEntry
 from nct.sigreset import default_signals
 from nct.errors import EngineConfigError, NctError
@@ -43,6 +44,7 @@ class InstallOptions(Record, frozen=False):
     toolkit_pid_file: str = "/run/nvidia/toolkit.pid"
     runtime_name: str = "nvidia"
     python: str | None = None
+    toolkit: str | None = None
 
 
 class Installation(Record, frozen=False):
@@ -125,11 +127,20 @@ def install(opts: InstallOptions) -> Installation:
     _check_pid_file(opts.toolkit_pid_file)
     inst = Installation(opts)
     root = Path(opts.toolkit_root)
+    if (root / MANIFEST).exists():  # an upgrade: the dirs the first install made are still ours
+        try:
+            inst.installed.dirs.extend(Installation.load(str(root)).installed.dirs)
+        except EngineConfigError:
+            pass
     try:
         inst.installed.mkdir(root)
-        lib = root / "lib" / "python"
-        copy_library(lib, inst.installed)
-        write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
+        source = Path(opts.toolkit) if opts.toolkit else (None if opts.python else running_toolkit())
+        if source is not None:  # the self-contained toolkit: its own Python, no host Python used
+            copy_toolkit(source, root, inst.installed)  # launchers: config.toml in root/.config
+        else:  # development (a venv): wrappers that run this interpreter on a copy of nct
+            lib = root / "lib" / "python"
+            copy_library(lib, inst.installed)
+            write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
         cfg = root / CONFIG_REL
         inst.installed.mkdir(cfg.parent)
         atomic_write(str(cfg), toolkit_config_text(opts))
@@ -212,11 +223,14 @@ def _echo(msg: str) -> None:
               type=click.Choice(["auto", "signal", "systemd", "none"]), help="How to make the engine reload.")
 @click.option("--toolkit-pid-file", default="/run/nvidia/toolkit.pid", show_default=True)
 @click.option("--nvidia-runtime-name", "runtime_name", default="nvidia", show_default=True)
-@click.option("--python", default=None, help="Interpreter for the installed commands (default: this one's).")
+@click.option("--toolkit", default=None,
+              help="Self-contained toolkit tree to install (default: the one this nct runs from).")
+@click.option("--python", default=None,
+              help="Development only: install wrappers that run this interpreter instead of a toolkit tree.")
 @click.option("--no-daemon", is_flag=True, help="Exit after setup instead of waiting for SIGTERM.")
 @click.option("--uninstall", "undo", is_flag=True, help="Undo an earlier --no-daemon install in --toolkit-root.")
 def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_output_dir, config, drop_in,
-                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, python, no_daemon, undo):
+                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, toolkit, python, no_daemon, undo):
     """Install nct into a toolkit directory and configure a container engine."""
     try:
         if undo:
@@ -228,7 +242,8 @@ def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_
         opts = InstallOptions(toolkit_root=toolkit_root, engine=engine, driver_root=driver_root,
                               set_as_default=set_as_default, cdi=cdi, cdi_output_dir=cdi_output_dir, config=config,
                               drop_in=drop_in, pid_file=pid_file, socket=socket, restart_mode=restart_mode,
-                              toolkit_pid_file=toolkit_pid_file, runtime_name=runtime_name, python=python)
+                              toolkit_pid_file=toolkit_pid_file, runtime_name=runtime_name, python=python,
+                              toolkit=toolkit)
         waited = {signal.SIGTERM, signal.SIGINT}
         if not no_daemon:  # a signal during setup stays pending and ends the wait at once
             signal.pthread_sigmask(signal.SIG_BLOCK, waited)
