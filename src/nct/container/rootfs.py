@@ -320,13 +320,23 @@ class Root:
         finally:
             os.close(fd)
 
-    def listdir(self, path: str) -> list[str]:
+    def listdir(self, path: str, limit: int | None = None) -> list[str]:
+        """Names in directory `path` of the root ([] when it is not one); with `limit`, at
+        most that many (an image's directory may hold millions: they are not all read)."""
         try:
             fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, ContainerError):
             return []
         try:
-            return os.listdir(fd)
+            if limit is None:
+                return os.listdir(fd)
+            names: list[str] = []
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if len(names) >= limit:
+                        break
+                    names.append(entry.name)
+            return names
         finally:
             os.close(fd)
 
