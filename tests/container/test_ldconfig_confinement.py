@@ -241,3 +241,55 @@ def test_musl_path_not_a_regular_file(rootfs, kind):
     out = res.stdout.strip()
     assert out == f"ERR /etc/ld-musl-{os.uname().machine}.path in container root {rootfs}: not a regular file", \
         res.stdout + res.stderr
+
+
+# ---- what ldconfig prints is not all kept ---------------------------------------------------
+CHATTY_C = r'''
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    static char buf[1 << 16];
+    memset(buf, 'x', sizeof buf);
+    buf[sizeof buf - 1] = '\n';
+    for (int i = 0; i < 4800; i++)  /* 300 MiB */
+        if (write(2, buf, sizeof buf) < 0) return 2;
+    const char *last = "LAST LINE FROM LDCONFIG\n";
+    write(2, last, strlen(last));
+    return 1;
+}
+'''
+
+
+@needs_root
+@needs_gcc
+def test_ldconfig_output_is_bounded(tmp_path, rootfs):
+    """Review finding: the parent kept all of ldconfig's output to show its last line. An
+    image's ldconfig (`ldconfig = "/sbin/ldconfig"` in config.toml), or the host one warning
+    about every line of a hostile configuration, could print gigabytes within its 10 s of CPU
+    into host memory. Only a bounded tail is kept; the error is still its last line."""
+    prog = _build(tmp_path, "chatty", CHATTY_C, "-static")
+    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+    dst = os.path.join(rootfs, "sbin", "ldconfig")
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    with open(prog, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o755)
+    code = textwrap.dedent(f"""
+        import resource
+        from nct.container import ldconfig as L
+        from nct.container.rootfs import Root
+        from nct.errors import NctError
+        try:
+            with Root({rootfs!r}) as r:
+                L.run_ldconfig(r, ["/opt/nv/lib"], ldconfig="/sbin/ldconfig", write_conf=True)
+        except NctError as e:
+            print("ERR", e)
+        print("MAXRSS_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("ERR ") and "failed: LAST LINE FROM LDCONFIG" in lines[0], \
+        res.stdout[:2000] + res.stderr[-2000:]
+    assert int(lines[1].split()[1]) < 150 * 1024, lines[1]  # 300 MiB were printed

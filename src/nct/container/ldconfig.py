@@ -29,9 +29,11 @@ import time
 from nct.container import syscalls as sc
 from nct.container.rootfs import Root, open_regular
 from nct.errors import ContainerError
+from nct.limits import shown
 from nct.sigreset import default_signals
 
 MFD_EXEC = 0x10
+OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
 # Seconds ldconfig may run (blocked time included: SIGALRM, set right before execve); the
 # parent kills it a little later still, in case it ignores the alarm.
@@ -490,7 +492,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
         finally:
             os._exit(code)
     os.close(err_w)
-    chunks = []
+    tail = b""
     deadline = time.monotonic() + LDCONFIG_TIMEOUT + 5
     killed = False
     poller = select.poll()
@@ -505,15 +507,17 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             b = os.read(err_r, 65536)
             if not b:
                 break
-            chunks.append(b)
+            # only the tail is ever shown: what an image's ldconfig (or the host one warning
+            # about each of a hostile configuration's lines) prints is not all kept
+            tail = (tail + b)[-OUTPUT_TAIL:]
     finally:
         os.close(err_r)
         _, status = os.waitpid(pid, 0)
-    out = b"".join(chunks).decode(errors="replace").strip()
+    out = tail.decode(errors="replace").strip()
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
         raise ContainerError(f"ldconfig in container root {root.path} timed out "
                              f"(after {LDCONFIG_TIMEOUT}s; a FIFO or device in its configuration?)")
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-        last = out.splitlines()[-1] if out else f"exit status {rc}"
+        last = shown(out.splitlines()[-1], 300) if out else f"exit status {rc}"
         raise ContainerError(f"ldconfig in container root {root.path} failed: {last}")
