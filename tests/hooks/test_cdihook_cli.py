@@ -506,6 +506,39 @@ def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):
     assert res.returncode == 0 and _compat_conf(rootfs) == []
 
 
+def test_compat_dir_cost_does_not_grow_with_the_image(rootfs, monkeypatch):
+    """Review finding: a compat dir of 200k `libcuda.so.N.0` files cost 3.7 s of host CPU per
+    container start (one in-root lstat each; 10M files: minutes), all to answer "more than
+    one: no compat". A second candidate now ends the search, and a directory larger than
+    MAX_COMPAT_NAMES is not read past it (no compat)."""
+    from nct.container import compat
+    from nct.container.rootfs import Root
+
+    d = os.path.join(rootfs, "usr/local/cuda/compat")
+    os.makedirs(d)
+    monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 500, raising=False)
+    for i in range(300):
+        open(os.path.join(d, f"libcuda.so.{i}.0"), "w").close()
+    looked = []
+    real = Root.lstat
+    monkeypatch.setattr(Root, "lstat", lambda self, p: looked.append(p) or real(self, p))
+    with Root(rootfs) as root:
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") is None
+        assert len(looked) == 2
+        for i in range(300):
+            open(os.path.join(d, f"other{i}"), "w").close()
+        for n in os.listdir(d):
+            if n.startswith("libcuda.so.") and n != "libcuda.so.7.0":
+                os.unlink(os.path.join(d, n))
+        looked.clear()  # one candidate among more names than the bound: not read past it
+        monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 200, raising=False)
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") is None
+        assert len(os.listdir(d)) == 301 and len(looked) <= 1
+        monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 1 << 16)
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") == ("/usr/local/cuda/compat/libcuda.so.7.0",
+                                                                          "7.0")
+
+
 # ---- disable-device-node-modification --------------------------------------------------------
 @needs_root
 @pytest.mark.parametrize("kernel", ["new", "old"])
