@@ -293,3 +293,45 @@ def test_ldconfig_output_is_bounded(tmp_path, rootfs):
     assert len(lines) == 2 and lines[0].startswith("ERR ") and "failed: LAST LINE FROM LDCONFIG" in lines[0], \
         res.stdout[:2000] + res.stderr[-2000:]
     assert int(lines[1].split()[1]) < 150 * 1024, lines[1]  # 300 MiB were printed
+
+
+FDS_C = r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    FILE *out = fopen("/ldconfig-fds.out", "w");
+    if (!out) return 3;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fd != fileno(out) && fcntl(fd, F_GETFD) != -1)
+            fprintf(out, "%d\n", fd);
+    /* an fd of the root opened before the pivot would lead back to the host's tree by ".." */
+    fclose(out);
+    return 0;
+}
+'''
+
+
+@needs_root
+@needs_gcc
+@pytest.mark.parametrize("ldconfig", ["/sbin/ldconfig", "@HOST"])
+def test_ldconfig_inherits_no_fd_but_stdio(tmp_path, rootfs, ldconfig):
+    """Review check (held): ldconfig starts with fds 0-2 only. An fd of the container root
+    opened before the pivot (the child holds one) would be a way out: fchdir to it and ".."
+    walks the old namespace's tree, and with CAP_DAC_OVERRIDE any host file opens. "@HOST":
+    the same probe run as the host ldconfig (sealed memfd, fexecve). Seen failing with the
+    root fd made inheritable."""
+    prog = _build(tmp_path, "fds", FDS_C, "-static")
+    if ldconfig == "@HOST":
+        ldconfig = "@" + prog
+    else:
+        os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+        dst = os.path.join(rootfs, "sbin", "ldconfig")
+        if os.path.lexists(dst):
+            os.unlink(dst)
+        with open(prog, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+        os.chmod(dst, 0o755)
+    res = _run_ldconfig(rootfs, ldconfig=ldconfig)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert open(os.path.join(rootfs, "ldconfig-fds.out")).read().split() == ["0", "1", "2"]
