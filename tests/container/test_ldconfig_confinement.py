@@ -243,6 +243,36 @@ def test_musl_path_not_a_regular_file(rootfs, kind):
         res.stdout + res.stderr
 
 
+@needs_root
+def test_musl_path_fifo_is_never_opened(rootfs):
+    """Review finding: /etc/ld-musl-ARCH.path was opened (O_RDONLY|O_NONBLOCK) before its type
+    was checked, so a device node there was opened by host root (a watchdog node arms the
+    host's watchdog on open). Shown with a FIFO: a writer blocked in open() is released the
+    moment anyone opens it for reading. It must stay blocked: the path is pinned with O_PATH
+    and only a regular file is ever opened."""
+    import threading
+
+    with open(os.path.join(rootfs, "etc/alpine-release"), "w") as f:
+        f.write("3.19.0\n")
+    path = os.path.join(rootfs, "etc", f"ld-musl-{os.uname().machine}.path")
+    os.mkfifo(path)
+    opened = threading.Event()
+
+    def writer():
+        fd = os.open(path, os.O_WRONLY)  # blocks until a reader opens the FIFO
+        opened.set()
+        os.close(fd)
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    res = _run_ldconfig(rootfs, write_conf=True, limit=30)
+    assert res.stdout.strip().endswith("not a regular file"), res.stdout + res.stderr
+    was_opened = opened.wait(1)
+    if not was_opened:  # release our writer
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        t.join(5)
+    assert not was_opened, "the hook opened the image's FIFO"
+
+
 # ---- what ldconfig prints is not all kept ---------------------------------------------------
 CHATTY_C = r'''
 #include <string.h>

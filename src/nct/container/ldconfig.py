@@ -319,13 +319,17 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
     path = f"/etc/ld-musl-{os.uname().machine}.path"
     current: list[str] = []
     try:
-        fd = root.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        pinned = root.open(path)  # O_PATH: the object is pinned, nothing is opened yet
     except FileNotFoundError:
         current = list(MUSL_DEFAULT)
     else:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:  # a FIFO or device node of the image is never opened (only regular files are)
+            if not stat.S_ISREG(os.fstat(pinned).st_mode):
                 raise ContainerError(f"{path} in container root {root.path}: not a regular file")
+            fd = os.open(sc.fd_path(pinned), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        finally:
+            os.close(pinned)
+        try:
             text = os.read(fd, 1 << 20).decode(errors="replace")
         finally:
             os.close(fd)
