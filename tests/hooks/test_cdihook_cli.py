@@ -370,6 +370,21 @@ def test_ld_so_conf_long_patterns_and_total_bytes_are_bounded(rootfs, monkeypatc
     assert new == ["/opt/b3"]  # the first file fits the byte budget, the last does not
 
 
+@needs_root
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_ld_so_conf_nul_bytes_are_refused_both_ways(rootfs, monkeypatch, openat2):
+    """Review finding: a NUL byte in an include raised ValueError ("embedded null byte") out of
+    the component walk (kernels without openat2), failing the hook, while openat2 read the
+    path as a C string cut at the NUL (another file). Both now refuse such a path."""
+    from nct.container import rootfs as rootfs_mod
+
+    monkeypatch.setattr(rootfs_mod, "USE_OPENAT2", openat2)
+    _write(rootfs, "/etc/x/a.conf", "/opt/a\n")
+    _write(rootfs, "/etc/y/b.conf", "/opt/b\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/x/a.conf\0junk /etc/x/\0*.conf\n/opt/\0c\ninclude /etc/y/*.conf\n")
+    assert _known_new(rootfs, ["/opt/a", "/opt/b"]) == ["/opt/a"]
+
+
 def test_glob_match_work_is_bounded_by_the_shared_budget():
     """The matcher's step budget: once spent (by any number of matches), nothing matches."""
     from nct.container.ldconfig import glob_match
