@@ -61,10 +61,16 @@ def test_host_root_by_any_spelling_refused(tmp_path, where, root, via):
 
 # ---- ld.so.conf includes that name host files ------------------------------------------------------
 @needs_root
-def test_includes_through_proc_magic_links_stay_in_root(rootfs, victim):
+@pytest.mark.parametrize("procfs", [False, True], ids=["empty-proc", "real-procfs"])
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_includes_through_proc_magic_links_stay_in_root(rootfs, victim, monkeypatch, openat2, procfs):
     """/proc/self/root, /proc/1/root and /proc/self/cwd in an include pattern or as a symlink
-    target, relative `..` climbs and a relative symlink out: all resolve inside the root (its
-    /proc is an empty directory here), so the host's conf file never counts."""
+    target, relative `..` climbs and a relative symlink out: all resolve inside the root, with
+    an empty /proc or a real procfs mounted there (openat2 refuses its magic links, and the
+    walk re-reads their text inside the root), so the host's conf file never counts."""
+    from nct.container import rootfs as rootfs_mod
+
+    monkeypatch.setattr(rootfs_mod, "USE_OPENAT2", openat2)
     host_conf = os.path.join(victim, "nv.conf")
     with open(host_conf, "w") as f:
         f.write("/opt/nv/lib\n")
@@ -76,7 +82,15 @@ def test_includes_through_proc_magic_links_stay_in_root(rootfs, victim):
     _write(rootfs, "/etc/ld.so.conf",
            f"include /etc/h/*.conf\ninclude /proc/self/root{victim}/*.conf /proc/1/root{victim}/*.conf\n"
            f"include ../../../../../../..{victim}/*.conf\n")
-    assert _known_new(rootfs, ["/opt/nv/lib"]) == ["/opt/nv/lib"]
+    proc = os.path.join(rootfs, "proc")
+    os.makedirs(proc, exist_ok=True)
+    if procfs:  # as at createContainer time: the runtime has mounted the container's /proc
+        subprocess.run(["mount", "-t", "proc", "proc", proc], check=True)
+    try:
+        assert _known_new(rootfs, ["/opt/nv/lib"]) == ["/opt/nv/lib"]
+    finally:
+        if procfs:
+            subprocess.run(["umount", "-l", proc], check=True)
     assert snapshot(victim) == before
 
 
