@@ -385,6 +385,28 @@ def test_ld_so_conf_nul_bytes_are_refused_both_ways(rootfs, monkeypatch, openat2
     assert _known_new(rootfs, ["/opt/a", "/opt/b"]) == ["/opt/a"]
 
 
+@needs_root
+def test_ld_so_conf_glob_cost_does_not_multiply(rootfs, monkeypatch):
+    """Review findings: a 4 KB include line `/d/*/x/x/.../x` (2000 plain components after a
+    wildcard over 4000 dirs) built each path component by component (4.4 s of host CPU);
+    and a listing of an empty directory cost nothing, so 80k `include /e/*` lines listed it
+    80k times. Plain runs are now appended at once (bench/limits_bench.py), and every
+    listing costs at least one (here)."""
+    from nct.container import ldconfig
+    from nct.container.rootfs import Root
+
+    for i in range(ldconfig.MAX_GLOB_NAMES - 100):
+        os.makedirs(os.path.join(rootfs, f"d/{i}"))
+    os.makedirs(os.path.join(rootfs, "e"))
+    _write(rootfs, "/etc/ld.so.conf", "include /d/*/" + "x/" * 2000 + "\n" + "include /e/*\n" * 20000)
+    built = []
+    real_open = Root.open
+    monkeypatch.setattr(Root, "open", lambda self, p, *a, **kw: built.append(len(p)) or real_open(self, p, *a, **kw))
+    assert _known_new(rootfs, ["/opt/a"]) == ["/opt/a"]
+    assert len(built) < 2 * ldconfig.MAX_GLOB_NAMES + 4 * ldconfig.MAX_CONF_FILES  # listings and opens
+    # (the component-by-component paths: bench/limits_bench.py, "ld.so.conf plain run")
+
+
 def test_glob_match_work_is_bounded_by_the_shared_budget():
     """The matcher's step budget: once spent (by any number of matches), nothing matches."""
     from nct.container.ldconfig import glob_match

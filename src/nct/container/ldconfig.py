@@ -133,7 +133,7 @@ def conf_folders(folders: list[str]) -> list[str]:
 # Bounds on following the image's ld.so.conf includes (hostile input: cycles, huge globs).
 MAX_CONF_FILES = 256        # conf files read in all
 MAX_INCLUDE_DEPTH = 16      # include nesting
-MAX_GLOB_NAMES = 4096       # directory entries looked at by all include patterns together
+MAX_GLOB_NAMES = 4096       # directory entries (and listings) of all include patterns together
 CONF_READ_LIMIT = 1 << 20   # bytes read of each conf file
 MAX_CONF_BYTES = 1 << 20    # bytes read of all conf files together
 MAX_PATTERN = 4096          # characters of one include pattern (PATH_MAX: longer ones match nothing)
@@ -211,16 +211,23 @@ def _glob(root: Root, pattern: str, budget: list[int], steps: list[int]) -> list
     if len(pattern) > MAX_PATTERN:
         return []
     found = [""]
-    for comp in (c for c in pattern.split("/") if c):
-        if not any(ch in comp for ch in "*?["):
-            found = [f"{d}/{comp.replace(chr(92), '')}" for d in found]
+    literal: list[str] = []  # plain components since the last wildcard one: appended at once
+    for comp in [c for c in pattern.split("/") if c] + [None]:
+        if comp is not None and not any(ch in comp for ch in "*?["):
+            literal.append(comp.replace(chr(92), ""))
             continue
+        if literal:  # one join per run (appending component by component is quadratic)
+            tail = "/" + "/".join(literal)
+            found = [d + tail for d in found]
+            literal = []
+        if comp is None:
+            break
         nxt = []
         for d in found:
             if budget[0] <= 0:  # past the bound: what was matched so far
                 return sorted(nxt)
             names = root.listdir(d or "/", limit=budget[0] + 1)
-            budget[0] -= len(names)
+            budget[0] -= max(1, len(names))  # a listing costs one at least (empty dirs too)
             if budget[0] < 0:
                 return sorted(nxt)
             nxt.extend(f"{d}/{n}" for n in sorted(names) if glob_match(n, comp, steps))
