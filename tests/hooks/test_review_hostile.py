@@ -190,6 +190,24 @@ def test_mangled_compat_elf_files_never_raise(tmp_path):
             os.close(fd)
 
 
+def test_compat_lib_shrinking_under_the_reader_is_no_note(tmp_path, monkeypatch):
+    """Review finding: the note reader sized the file with fstat and then indexed the header
+    it read: a lib on a volume another container truncates to its first 4 bytes in between
+    gave IndexError (not caught by the hook's note reading). Simulated by a pread that sees
+    the shrunk file; now it is "no note"."""
+    from nct.container import compat
+
+    lib = tmp_path / "libcuda.so.560.35.03"
+    lib.write_bytes(b"\x7fELF" + b"\2\1\1" + b"\0" * 100)
+    real = os.pread
+    monkeypatch.setattr(compat.os, "pread", lambda fd, n, off: real(fd, n, off)[:4])
+    fd = os.open(lib, os.O_RDONLY)
+    try:
+        assert compat.read_fwd_note(fd) is None
+    finally:
+        os.close(fd)
+
+
 # ---- CDI spec: a YAML alias bomb -----------------------------------------------------------------
 def test_yaml_alias_bomb_spec_is_refused_at_once(tmp_path):
     """Nine levels of ten aliases each (10^9 leaves if expanded): refused by the pre-scan's

@@ -95,8 +95,8 @@ def read_fwd_note(fd: int) -> dict | None:
     size = os.fstat(fd).st_size
     if size < 52 or size > _MAX_ELF:
         return None
-    hdr = os.pread(fd, 64, 0)
-    if hdr[:4] != b"\x7fELF" or hdr[4] not in _ELF_CLASSES or hdr[5] not in (1, 2):
+    hdr = os.pread(fd, 64, 0)  # shorter than fstat said when the file shrank meanwhile
+    if len(hdr) < 52 or hdr[:4] != b"\x7fELF" or hdr[4] not in _ELF_CLASSES or hdr[5] not in (1, 2):
         return None
     ehsize, shoff_at, shnum_at, shsize, shfmt = _ELF_CLASSES[hdr[4]]
     end = "<" if hdr[5] == 1 else ">"
