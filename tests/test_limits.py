@@ -170,6 +170,31 @@ def test_a_deep_spec_is_reported_once_and_skipped(tmp_path, nct_bin):
     assert len(warnings) == 2 and "Traceback" not in res.stderr
 
 
+def _aliased_yaml(devices: int, env: int) -> str:
+    """One device's edits (`env` entries) anchored, every other device an alias of them."""
+    lines = ["cdiVersion: 0.6.0", "kind: alias.com/x", "devices:",
+             "- name: d0\n  containerEdits: &e\n    env: [" + ", ".join(f"V{i}=x" for i in range(env)) + "]"]
+    lines += [f"- name: d{i}\n  containerEdits: *e" for i in range(1, devices)]
+    return "\n".join(lines) + "\n"
+
+
+def test_cdi_spec_yaml_aliases_are_bounded_expanded(tmp_path):
+    """Review finding: 4000 aliases of one 4000-entry edit (a 178 KB file, far below the
+    bytes bound) made injecting its devices merge 16M env entries (7 s and 270 MB; a 16 MiB
+    file of this shape: billions). The aliases' expanded size is now bounded; a spec that
+    uses a few is still read."""
+    doc, _ = parse_spec_data(_aliased_yaml(10, 100), "s.yaml")
+    assert len(doc["devices"]) == 10 and len(doc["devices"][9]["containerEdits"]["env"]) == 100
+    with pytest.raises(SpecError) as e:
+        parse_spec_data(_aliased_yaml(4000, 4000), "s.yaml")
+    assert one_line(e.value) == (f"s.yaml: invalid YAML: its aliases stand for more than {limits.MAX_YAML_ALIAS_NODES} "
+                                 "nodes (write the entries out, or use fewer aliases)")
+    (tmp_path / "a-alias.yaml").write_text(_aliased_yaml(4000, 4000))
+    (tmp_path / "c-good.yaml").write_text(GOOD)
+    reg = Registry([str(tmp_path)])
+    assert reg.device_names() == ["other.com/dev=a"] and len(reg.errors) == 1
+
+
 # --- hostile ldconfig ELF (nvidia-cdi-hook update-ldcache --ldconfig-path) -------------------------
 
 def _elf64(size: int = 64, phoff: int = 0, phentsize: int = 56, phnum: int = 0) -> bytes:

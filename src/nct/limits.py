@@ -22,6 +22,10 @@ MAX_NUMBER_DIGITS = 18
 MAX_NESTING_DEPTH = 64
 # Bytes of one document read from a file nct does not own (config.json, a CDI spec).
 MAX_DOCUMENT_BYTES = 16 << 20
+# Nodes that the aliases of one YAML document stand for, expanded (a few bytes of `*a`
+# can stand for a large subtree, each use again: the "billion laughs" way past the bytes
+# bound; generated CDI specs use no aliases at all).
+MAX_YAML_ALIAS_NODES = 1 << 20
 
 
 def too_deep(doc: object, limit: int = MAX_NESTING_DEPTH) -> bool:

@@ -241,3 +241,127 @@ def test_musl_path_not_a_regular_file(rootfs, kind):
     out = res.stdout.strip()
     assert out == f"ERR /etc/ld-musl-{os.uname().machine}.path in container root {rootfs}: not a regular file", \
         res.stdout + res.stderr
+
+
+@needs_root
+def test_musl_path_fifo_is_never_opened(rootfs):
+    """Review finding: /etc/ld-musl-ARCH.path was opened (O_RDONLY|O_NONBLOCK) before its type
+    was checked, so a device node there was opened by host root (a watchdog node arms the
+    host's watchdog on open). Shown with a FIFO: a writer blocked in open() is released the
+    moment anyone opens it for reading. It must stay blocked: the path is pinned with O_PATH
+    and only a regular file is ever opened."""
+    import threading
+
+    with open(os.path.join(rootfs, "etc/alpine-release"), "w") as f:
+        f.write("3.19.0\n")
+    path = os.path.join(rootfs, "etc", f"ld-musl-{os.uname().machine}.path")
+    os.mkfifo(path)
+    opened = threading.Event()
+
+    def writer():
+        fd = os.open(path, os.O_WRONLY)  # blocks until a reader opens the FIFO
+        opened.set()
+        os.close(fd)
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    res = _run_ldconfig(rootfs, write_conf=True, limit=30)
+    assert res.stdout.strip().endswith("not a regular file"), res.stdout + res.stderr
+    was_opened = opened.wait(1)
+    if not was_opened:  # release our writer
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        t.join(5)
+    assert not was_opened, "the hook opened the image's FIFO"
+
+
+# ---- what ldconfig prints is not all kept ---------------------------------------------------
+CHATTY_C = r'''
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    static char buf[1 << 16];
+    memset(buf, 'x', sizeof buf);
+    buf[sizeof buf - 1] = '\n';
+    for (int i = 0; i < 4800; i++)  /* 300 MiB */
+        if (write(2, buf, sizeof buf) < 0) return 2;
+    const char *last = "LAST LINE FROM LDCONFIG\n";
+    write(2, last, strlen(last));
+    return 1;
+}
+'''
+
+
+@needs_root
+@needs_gcc
+def test_ldconfig_output_is_bounded(tmp_path, rootfs):
+    """Review finding: the parent kept all of ldconfig's output to show its last line. An
+    image's ldconfig (`ldconfig = "/sbin/ldconfig"` in config.toml), or the host one warning
+    about every line of a hostile configuration, could print gigabytes within its 10 s of CPU
+    into host memory. Only a bounded tail is kept; the error is still its last line."""
+    prog = _build(tmp_path, "chatty", CHATTY_C, "-static")
+    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+    dst = os.path.join(rootfs, "sbin", "ldconfig")
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    with open(prog, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o755)
+    code = textwrap.dedent(f"""
+        import resource
+        from nct.container import ldconfig as L
+        from nct.container.rootfs import Root
+        from nct.errors import NctError
+        try:
+            with Root({rootfs!r}) as r:
+                L.run_ldconfig(r, ["/opt/nv/lib"], ldconfig="/sbin/ldconfig", write_conf=True)
+        except NctError as e:
+            print("ERR", e)
+        print("MAXRSS_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("ERR ") and "failed: LAST LINE FROM LDCONFIG" in lines[0], \
+        res.stdout[:2000] + res.stderr[-2000:]
+    assert int(lines[1].split()[1]) < 150 * 1024, lines[1]  # 300 MiB were printed
+
+
+FDS_C = r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    FILE *out = fopen("/ldconfig-fds.out", "w");
+    if (!out) return 3;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fd != fileno(out) && fcntl(fd, F_GETFD) != -1)
+            fprintf(out, "%d\n", fd);
+    /* an fd of the root opened before the pivot would lead back to the host's tree by ".." */
+    fclose(out);
+    return 0;
+}
+'''
+
+
+@needs_root
+@needs_gcc
+@pytest.mark.parametrize("ldconfig", ["/sbin/ldconfig", "@HOST"])
+def test_ldconfig_inherits_no_fd_but_stdio(tmp_path, rootfs, ldconfig):
+    """Review check (held): ldconfig starts with fds 0-2 only. An fd of the container root
+    opened before the pivot (the child holds one) would be a way out: fchdir to it and ".."
+    walks the old namespace's tree, and with CAP_DAC_OVERRIDE any host file opens. "@HOST":
+    the same probe run as the host ldconfig (sealed memfd, fexecve). Seen failing with the
+    root fd made inheritable."""
+    prog = _build(tmp_path, "fds", FDS_C, "-static")
+    if ldconfig == "@HOST":
+        ldconfig = "@" + prog
+    else:
+        os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+        dst = os.path.join(rootfs, "sbin", "ldconfig")
+        if os.path.lexists(dst):
+            os.unlink(dst)
+        with open(prog, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+        os.chmod(dst, 0o755)
+    res = _run_ldconfig(rootfs, ldconfig=ldconfig)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert open(os.path.join(rootfs, "ldconfig-fds.out")).read().split() == ["0", "1", "2"]

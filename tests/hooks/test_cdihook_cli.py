@@ -303,6 +303,122 @@ def test_ld_so_conf_include_bounds(rootfs):
     assert _known_new(rootfs, ["/opt/d0"]) == ["/opt/d0"]  # the whole pattern was past the bound
 
 
+@needs_root
+def test_ld_so_conf_glob_never_backtracks_exponentially(rootfs):
+    """Review finding: `*a*a*...*b` against a 200-character name made the old recursive
+    matcher try every split (C(200, 12) ways: hours of host CPU in the hook for one include
+    line). Each star now only ever widens the last one: the hook answers at once."""
+    os.makedirs(os.path.join(rootfs, "d"))
+    open(os.path.join(rootfs, "d", "a" * 200), "w").close()
+    _write(rootfs, "/d/" + "a" * 199 + "b", "/opt/nv/lib\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /d/" + "*a" * 12 + "*b\n")
+    res = hook("update-ldcache", "--folder", "/opt/nv/lib", "--folder", "/opt/new", state=state_for(rootfs))
+    assert res.returncode == 0, res.stderr
+    assert _ours(rootfs) == ["/opt/new"]  # the one matching name was still found
+
+
+def _spy(monkeypatch, cls, name: str, record) -> None:
+    real = getattr(cls, name)
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        record(args, kw, out)
+        return out
+    monkeypatch.setattr(cls, name, spy)
+
+
+@needs_root
+def test_ld_so_conf_glob_budget_is_checked_before_listing(rootfs, monkeypatch):
+    """Review finding: the names budget was charged after each listing and never checked
+    before the next, so every further `include /d/*` line listed the whole directory again
+    (80k such lines in a 1 MiB conf file over a 5000-entry dir: minutes; over a directory
+    of millions, all of it each time). Now no more than the budget is ever read."""
+    from nct.container import ldconfig
+    from nct.container.rootfs import Root
+
+    d = os.path.join(rootfs, "d")
+    os.makedirs(d)
+    for i in range(ldconfig.MAX_GLOB_NAMES + 1000):
+        open(os.path.join(d, f"f{i}"), "w").close()
+    _write(rootfs, "/etc/ld.so.conf", "include /d/*\n" * 20)
+    seen = []
+    _spy(monkeypatch, Root, "listdir", lambda a, kw, out: seen.append(len(out)))
+    assert _known_new(rootfs, ["/opt/a"]) == ["/opt/a"]
+    assert sum(seen) <= ldconfig.MAX_GLOB_NAMES + 1
+
+
+@needs_root
+def test_ld_so_conf_long_patterns_and_total_bytes_are_bounded(rootfs, monkeypatch):
+    """Review finding: a 1 MiB include pattern of 400k components was walked and opened
+    (2 s per file, with 256 such files minutes; here a shorter one stands for it), and each of 256 files could be 1 MiB of
+    lines to parse. A pattern longer than PATH_MAX now matches nothing, and all conf files
+    together are read up to MAX_CONF_BYTES (past it: unknown, so listed again: harmless)."""
+    from nct.container import ldconfig
+    from nct.container.rootfs import Root
+
+    _write(rootfs, "/etc/ld.so.conf", "include " + "/a" * 3000 + "\ninclude /etc/big/*.conf\n")
+    for i in range(4):  # with ld.so.conf, a little more than MAX_CONF_BYTES in all
+        _write(rootfs, f"/etc/big/{i}.conf", "#" * (ldconfig.MAX_CONF_BYTES // 4 - 20) + f"\n/opt/b{i}\n")
+    opened = []
+    _spy(monkeypatch, Root, "open", lambda a, kw, out: opened.append(len(a[1])))
+    got = []
+    real_read = os.read
+    monkeypatch.setattr(ldconfig.os, "read", lambda fd, n: got.append(real_read(fd, n)) or got[-1])
+    new = _known_new(rootfs, ["/opt/b0", "/opt/b3"])
+    assert max(opened) <= ldconfig.MAX_PATTERN
+    assert sum(map(len, got)) <= ldconfig.MAX_CONF_BYTES
+    assert new == ["/opt/b3"]  # the first file fits the byte budget, the last does not
+
+
+@needs_root
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_ld_so_conf_nul_bytes_are_refused_both_ways(rootfs, monkeypatch, openat2):
+    """Review finding: a NUL byte in an include raised ValueError ("embedded null byte") out of
+    the component walk (kernels without openat2), failing the hook, while openat2 read the
+    path as a C string cut at the NUL (another file). Both now refuse such a path."""
+    from nct.container import rootfs as rootfs_mod
+
+    monkeypatch.setattr(rootfs_mod, "USE_OPENAT2", openat2)
+    _write(rootfs, "/etc/x/a.conf", "/opt/a\n")
+    _write(rootfs, "/etc/y/b.conf", "/opt/b\n")
+    _write(rootfs, "/etc/ld.so.conf", "include /etc/x/a.conf\0junk /etc/x/\0*.conf\n/opt/\0c\ninclude /etc/y/*.conf\n")
+    assert _known_new(rootfs, ["/opt/a", "/opt/b"]) == ["/opt/a"]
+
+
+@needs_root
+def test_ld_so_conf_glob_cost_does_not_multiply(rootfs, monkeypatch):
+    """Review findings: a 4 KB include line `/d/*/x/x/.../x` (2000 plain components after a
+    wildcard over 4000 dirs) built each path component by component (4.4 s of host CPU);
+    and a listing of an empty directory cost nothing, so 80k `include /e/*` lines listed it
+    80k times. Plain runs are now appended at once (bench/limits_bench.py), and every
+    listing costs at least one (here)."""
+    from nct.container import ldconfig
+    from nct.container.rootfs import Root
+
+    for i in range(ldconfig.MAX_GLOB_NAMES - 100):
+        os.makedirs(os.path.join(rootfs, f"d/{i}"))
+    os.makedirs(os.path.join(rootfs, "e"))
+    _write(rootfs, "/etc/ld.so.conf", "include /d/*/" + "x/" * 2000 + "\n" + "include /e/*\n" * 20000)
+    built = []
+    real_open = Root.open
+    monkeypatch.setattr(Root, "open", lambda self, p, *a, **kw: built.append(len(p)) or real_open(self, p, *a, **kw))
+    assert _known_new(rootfs, ["/opt/a"]) == ["/opt/a"]
+    assert len(built) < 2 * ldconfig.MAX_GLOB_NAMES + 4 * ldconfig.MAX_CONF_FILES  # listings and opens
+    # (the component-by-component paths: bench/limits_bench.py, "ld.so.conf plain run")
+
+
+def test_glob_match_work_is_bounded_by_the_shared_budget():
+    """The matcher's step budget: once spent (by any number of matches), nothing matches."""
+    from nct.container.ldconfig import glob_match
+
+    steps = [10_000]
+    assert glob_match("a" * 200 + "b", "*a" * 12 + "*b", steps)
+    while steps[0] > 0:
+        glob_match("a" * 250, "*a" * 100 + "*b", steps)
+    assert not glob_match("x.conf", "*.conf", steps)
+    assert glob_match("x.conf", "*.conf") and not glob_match(".x.conf", "*.conf")
+
+
 # ---- enable-cuda-compat ---------------------------------------------------------------------
 CUDA_12_9_NOTE = {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
                   "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}  # the note of a CUDA 12.9 compat libcuda
@@ -425,6 +541,39 @@ def test_enable_cuda_compat_noop_without_versions_or_lib(rootfs):
     assert hook("enable-cuda-compat", state=state_for(rootfs)).returncode == 0
     res = hook("enable-cuda-compat", "--host-driver-version=550.54.15", state=state_for(rootfs))
     assert res.returncode == 0 and _compat_conf(rootfs) == []
+
+
+def test_compat_dir_cost_does_not_grow_with_the_image(rootfs, monkeypatch):
+    """Review finding: a compat dir of 200k `libcuda.so.N.0` files cost 3.7 s of host CPU per
+    container start (one in-root lstat each; 10M files: minutes), all to answer "more than
+    one: no compat". A second candidate now ends the search, and a directory larger than
+    MAX_COMPAT_NAMES is not read past it (no compat)."""
+    from nct.container import compat
+    from nct.container.rootfs import Root
+
+    d = os.path.join(rootfs, "usr/local/cuda/compat")
+    os.makedirs(d)
+    monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 500, raising=False)
+    for i in range(300):
+        open(os.path.join(d, f"libcuda.so.{i}.0"), "w").close()
+    looked = []
+    real = Root.lstat
+    monkeypatch.setattr(Root, "lstat", lambda self, p: looked.append(p) or real(self, p))
+    with Root(rootfs) as root:
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") is None
+        assert len(looked) == 2
+        for i in range(300):
+            open(os.path.join(d, f"other{i}"), "w").close()
+        for n in os.listdir(d):
+            if n.startswith("libcuda.so.") and n != "libcuda.so.7.0":
+                os.unlink(os.path.join(d, n))
+        looked.clear()  # one candidate among more names than the bound: not read past it
+        monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 200, raising=False)
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") is None
+        assert len(os.listdir(d)) == 301 and len(looked) <= 1
+        monkeypatch.setattr(compat, "MAX_COMPAT_NAMES", 1 << 16)
+        assert compat.compat_libcuda(root, "/usr/local/cuda/compat") == ("/usr/local/cuda/compat/libcuda.so.7.0",
+                                                                          "7.0")
 
 
 # ---- disable-device-node-modification --------------------------------------------------------

@@ -85,6 +85,20 @@ def test_strict_mode_rejects_unknown_fields(tmp_path):
     assert load_bundle_spec(str(tmp_path))["bogus"] == 1
 
 
+def test_unknown_field_error_is_short(tmp_path):
+    """Review finding: the first unknown key was printed whole: a 1 MiB key name made a 1 MiB
+    "one-line" error (shim and bundle reader alike). It is cut to 80 characters."""
+    from nct.runtime.bundle import read_spec
+
+    spec = dict(MINIMAL, **{"k" * (1 << 20): 1})
+    write(tmp_path / "config.json", json.dumps(spec))
+    for load in (lambda: load_bundle_spec(str(tmp_path), strict=True),
+                 lambda: read_spec(str(tmp_path / "config.json"))):
+        with pytest.raises(SpecError, match=r"unknown field 'kkkk") as e:
+            load()
+        assert len(str(e.value)) < 400 and "\n" not in str(e.value)
+
+
 def test_good_samples_have_no_unknown_fields():
     here = os.path.join(os.path.dirname(__file__), "data", "good")
     for name in ("minimal.json", "spec-example.json", "minimal-for-start.json"):

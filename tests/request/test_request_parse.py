@@ -128,11 +128,24 @@ def test_flat_capabilities_outside_rc1_to_rc5_is_an_error(version):
     ("1.0.0-alpha", "1.0.0-alpha.1", -1), ("1.0.0-alpha.1", "1.0.0-alpha.beta", -1),
     ("1.0.0-beta.2", "1.0.0-beta.11", -1), ("1.0.0-rc.1", "1.0.0", -1), ("1.2", "1.2.0", 0),
     ("1", "1.0.0", 0), ("01.2.3", "1.0.0", -1), ("x", "y", 0), ("1.0.0+b", "1.0.0", 0),
+    # numbers of any length compare as Go's do (int() refuses more than 4300 digits)
+    ("1" + "0" * 5000, "1.0.0", 1), ("9" * 5000, "1" + "0" * 5000, -1),
+    ("1.0.0-" + "9" * 5000, "1.0.0-10", 1), ("1.0.0-rc1." + "9" * 5000, "1.0.0-rc1." + "8" * 5000, 1),
 ])
 def test_go_semver_compare(a, b, want):
     """golang.org/x/mod/semver's order (invalid versions sort first, all equal)."""
     assert go_semver_compare(a, b) == want
     assert go_semver_compare(b, a) == -want
+
+
+def test_huge_oci_version_is_a_short_request_error():
+    """Review finding: an ociVersion with a 5001-digit major and a flat capabilities list ended
+    the hook with Python's "Exceeds the limit (4300 digits) for integer string conversion"
+    (naming neither the input nor the problem); now the usual error, the version cut short."""
+    with pytest.raises(RequestError, match=r"process.capabilities must be an object") as e:
+        request_from_spec(spec({"NVIDIA_VISIBLE_DEVICES": "all"}, caps=["CAP_SYS_ADMIN"], version="1" + "0" * 5000),
+                          DEFAULT)
+    assert len(str(e.value)) < 300
 
 
 def test_privileged_flag():

@@ -16,7 +16,7 @@ import os
 from nct import jsonio
 from nct.cdi import names, version
 from nct.errors import NctError, SpecError
-from nct.limits import MAX_NESTING_DEPTH, read_document, without_gc
+from nct.limits import MAX_NESTING_DEPTH, MAX_YAML_ALIAS_NODES, read_document, without_gc
 from nct.record import Record, field
 
 TYPE_CHECKING = False
@@ -101,14 +101,18 @@ def _yaml_loader():
 
 
 def _check_yaml_depth(text: str, source: str) -> None:
-    """SpecError when YAML collections nest deeper than MAX_NESTING_DEPTH. Read as the
-    parser's event stream (libyaml's parser is iterative): composing such a document
-    recurses on the C stack and crashes the process, or raises RecursionError."""
+    """SpecError when YAML collections nest deeper than MAX_NESTING_DEPTH, or its aliases
+    stand for more than MAX_YAML_ALIAS_NODES nodes once expanded. Read as the parser's event
+    stream (libyaml's parser is iterative): composing a too deep document recurses on the C
+    stack and crashes the process, or raises RecursionError; aliases are shared objects
+    after loading, but every step after it (merging edits, JSON for the cache) expands them."""
     import yaml
 
     loader = _yaml_loader()(text)
     try:
-        depth = 0
+        depth = nodes = aliased = 0
+        sizes: dict[str, int] = {}  # anchor -> nodes it stands for, its own aliases expanded
+        open_: list[tuple[str | None, int]] = []  # (anchor, nodes before it) of open collections
         start, end = yaml.CollectionStartEvent, yaml.CollectionEndEvent
         while True:
             event = loader.get_event()
@@ -118,8 +122,24 @@ def _check_yaml_depth(text: str, source: str) -> None:
                 depth += 1
                 if depth > MAX_NESTING_DEPTH:
                     raise SpecError(f"{source}: invalid YAML: nested deeper than {MAX_NESTING_DEPTH} levels")
+                open_.append((event.anchor, nodes))
+                nodes += 1
             elif isinstance(event, end):
                 depth -= 1
+                anchor, before = open_.pop()
+                if anchor is not None:
+                    sizes[anchor] = nodes - before
+            elif isinstance(event, yaml.ScalarEvent):
+                nodes += 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, yaml.AliasEvent):
+                size = sizes.get(event.anchor, 1)
+                nodes += size
+                aliased += size
+                if aliased > MAX_YAML_ALIAS_NODES:
+                    raise SpecError(f"{source}: invalid YAML: its aliases stand for more than "
+                                    f"{MAX_YAML_ALIAS_NODES} nodes (write the entries out, or use fewer aliases)")
     finally:
         loader.dispose()
 

@@ -95,8 +95,8 @@ def read_fwd_note(fd: int) -> dict | None:
     size = os.fstat(fd).st_size
     if size < 52 or size > _MAX_ELF:
         return None
-    hdr = os.pread(fd, 64, 0)
-    if hdr[:4] != b"\x7fELF" or hdr[4] not in _ELF_CLASSES or hdr[5] not in (1, 2):
+    hdr = os.pread(fd, 64, 0)  # shorter than fstat said when the file shrank meanwhile
+    if len(hdr) < 52 or hdr[:4] != b"\x7fELF" or hdr[4] not in _ELF_CLASSES or hdr[5] not in (1, 2):
         return None
     ehsize, shoff_at, shnum_at, shsize, shfmt = _ELF_CLASSES[hdr[4]]
     end = "<" if hdr[5] == 1 else ">"
@@ -165,16 +165,27 @@ def legacy_use_compat(compat_version: str, host_driver: str | None) -> bool:
     return compat_v is not None and host_v is not None and compat_v[0] > host_v[0]
 
 
+# Entries of the image's compat dir looked at (a real one has about ten): past it, no compat.
+MAX_COMPAT_NAMES = 1 << 16
+
+
 def compat_libcuda(root: Root, compat_dir: str) -> tuple[str, str] | None:
-    """(container path, version) of the single regular libcuda.so.X.Y in the compat dir."""
+    """(container path, version) of the single regular libcuda.so.X.Y in the compat dir. The
+    image's directory is read up to MAX_COMPAT_NAMES entries (more: None), and a second
+    candidate ends the search (None): the cost never grows with what the image holds."""
+    names = root.listdir(compat_dir, limit=MAX_COMPAT_NAMES + 1)
+    if len(names) > MAX_COMPAT_NAMES:
+        return None
     found = []
-    for name in root.listdir(compat_dir):
+    for name in names:
         parts = name[len("libcuda.so."):].split(".") if name.startswith("libcuda.so.") else []
         if not 2 <= len(parts) <= 3 or not all(p.isascii() and p.isdigit() for p in parts):
             continue
         st = root.lstat(f"{compat_dir}/{name}")
         if st is not None and stat.S_ISREG(st.st_mode):
             found.append((f"{compat_dir.rstrip('/')}/{name}", name[len("libcuda.so."):]))
+            if len(found) > 1:
+                return None
     return found[0] if len(found) == 1 else None
 
 

@@ -32,9 +32,11 @@ from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root, open_regular
 from nct.errors import ContainerError
+from nct.limits import shown
 from nct.sigreset import default_signals
 
 MFD_EXEC = 0x10
+OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
 CACHE_TEMP = "/etc/ld.so.cache~"  # glibc ldconfig: open(O_CREAT|O_WRONLY|O_TRUNC), then rename
 # Seconds ldconfig may run (blocked time included: SIGALRM, set right before execve); the
@@ -141,80 +143,104 @@ def conf_folders(folders: list[str]) -> list[str]:
 # Bounds on following the image's ld.so.conf includes (hostile input: cycles, huge globs).
 MAX_CONF_FILES = 256        # conf files read in all
 MAX_INCLUDE_DEPTH = 16      # include nesting
-MAX_GLOB_NAMES = 4096       # directory entries looked at by all include patterns together
+MAX_GLOB_NAMES = 4096       # directory entries (and listings) of all include patterns together
 CONF_READ_LIMIT = 1 << 20   # bytes read of each conf file
+MAX_CONF_BYTES = 1 << 20    # bytes read of all conf files together
+MAX_PATTERN = 4096          # characters of one include pattern (PATH_MAX: longer ones match nothing)
+MAX_GLOB_STEPS = 1 << 20    # pattern-against-name steps of all include patterns together
 
 
-def glob_match(name: str, pat: str) -> bool:
+def _one(name_c: str, pat: str, j: int) -> tuple[bool, int, int]:
+    """Match one name character against the pattern token at pat[j] (not `*`): (matched,
+    index after the token, pattern characters looked at)."""
+    c = pat[j]
+    if c == "?":
+        return True, j + 1, 1
+    if c == "[":
+        k = j + 1
+        neg = k < len(pat) and pat[k] in "!^"
+        k += neg
+        ok, first = False, True
+        while k < len(pat) and (pat[k] != "]" or first):
+            first = False
+            lo = pat[k]
+            if k + 2 < len(pat) and pat[k + 1] == "-" and pat[k + 2] != "]":
+                ok |= lo <= name_c <= pat[k + 2]
+                k += 3
+            else:
+                ok |= name_c == lo
+                k += 1
+        if k >= len(pat):  # no closing bracket: a literal "["
+            return name_c == "[", j + 1, k - j
+        return ok != neg, k + 1, k + 1 - j
+    if c == "\\" and j + 1 < len(pat):
+        return name_c == pat[j + 1], j + 2, 2
+    return name_c == c, j + 1, 1
+
+
+def glob_match(name: str, pat: str, steps: list[int] | None = None) -> bool:
     """glob(3)'s match of one path component: `*`, `?`, `[...]` (`!` or `^` negates, ranges),
-    `\\` escapes; a leading `.` only matches a literal one (no regular expressions)."""
+    `\\` escapes; a leading `.` only matches a literal one (no regular expressions). Every
+    other token matches exactly one character, so only the last `*` ever needs to take one
+    more character (no backtracking over earlier stars): O(len(name) * len(pat)) at worst,
+    and `steps[0]` (when given) is a budget of pattern characters looked at, shared by the
+    caller's matches: once spent, nothing more matches."""
     if name.startswith(".") and not pat.startswith("."):
         return False
-
-    def match(i: int, j: int) -> bool:
-        while j < len(pat):
-            c = pat[j]
-            if c == "*":
-                while j < len(pat) and pat[j] == "*":
-                    j += 1
-                if j == len(pat):
-                    return True
-                return any(match(k, j) for k in range(i, len(name) + 1))
-            if i >= len(name):
-                return False
-            if c == "?":
-                i, j = i + 1, j + 1
-                continue
-            if c == "[":
-                k = j + 1
-                neg = k < len(pat) and pat[k] in "!^"
-                k += neg
-                ok, first = False, True
-                while k < len(pat) and (pat[k] != "]" or first):
-                    first = False
-                    lo = pat[k]
-                    if k + 2 < len(pat) and pat[k + 1] == "-" and pat[k + 2] != "]":
-                        ok |= lo <= name[i] <= pat[k + 2]
-                        k += 3
-                    else:
-                        ok |= name[i] == lo
-                        k += 1
-                if k >= len(pat):  # no closing bracket: a literal "["
-                    if name[i] != "[":
-                        return False
-                    i, j = i + 1, j + 1
-                    continue
-                if ok == neg:
-                    return False
-                i, j = i + 1, k + 1
-                continue
-            if c == "\\" and j + 1 < len(pat):
+    budget = steps if steps is not None else [1 << 62]
+    i = j = 0
+    star_j, star_i = -1, 0
+    while i < len(name):
+        if budget[0] <= 0:
+            return False
+        budget[0] -= 1
+        if j < len(pat):
+            if pat[j] == "*":
+                star_j, star_i = j, i
                 j += 1
-                c = pat[j]
-            if name[i] != c:
-                return False
-            i, j = i + 1, j + 1
-        return i == len(name)
+                continue
+            ok, after, cost = _one(name[i], pat, j)
+            budget[0] -= cost
+            if ok:
+                i, j = i + 1, after
+                continue
+        if star_j < 0:  # a mismatch with no star to widen
+            return False
+        star_i += 1  # the last star takes one more character
+        i, j = star_i, star_j + 1
+    while j < len(pat) and pat[j] == "*":
+        j += 1
+    return j == len(pat)
 
-    return match(0, 0)
 
-
-def _glob(root: Root, pattern: str, budget: list[int]) -> list[str]:
+def _glob(root: Root, pattern: str, budget: list[int], steps: list[int]) -> list[str]:
     """In-root paths matching an absolute glob pattern, sorted (as glob(3)); directories are
-    listed through the in-root resolution, budget[0] entries at most (beyond that the rest is
-    not matched: its dirs count as unknown, which only repeats them in our ld.so.conf.d file)."""
+    listed through the in-root resolution, budget[0] entries at most, checked before each
+    listing (beyond that the rest is not matched: its dirs count as unknown, which only
+    repeats them in our ld.so.conf.d file); `steps` bounds the matching work (glob_match)."""
+    if len(pattern) > MAX_PATTERN:
+        return []
     found = [""]
-    for comp in (c for c in pattern.split("/") if c):
-        if not any(ch in comp for ch in "*?["):
-            found = [f"{d}/{comp.replace(chr(92), '')}" for d in found]
+    literal: list[str] = []  # plain components since the last wildcard one: appended at once
+    for comp in [c for c in pattern.split("/") if c] + [None]:
+        if comp is not None and not any(ch in comp for ch in "*?["):
+            literal.append(comp.replace(chr(92), ""))
             continue
+        if literal:  # one join per run (appending component by component is quadratic)
+            tail = "/" + "/".join(literal)
+            found = [d + tail for d in found]
+            literal = []
+        if comp is None:
+            break
         nxt = []
         for d in found:
-            names = root.listdir(d or "/")
-            budget[0] -= len(names)
-            if budget[0] < 0:  # past the bound: what was matched so far
+            if budget[0] <= 0:  # past the bound: what was matched so far
                 return sorted(nxt)
-            nxt.extend(f"{d}/{n}" for n in sorted(names) if glob_match(n, comp))
+            names = root.listdir(d or "/", limit=budget[0] + 1)
+            budget[0] -= max(1, len(names))  # a listing costs one at least (empty dirs too)
+            if budget[0] < 0:
+                return sorted(nxt)
+            nxt.extend(f"{d}/{n}" for n in sorted(names) if glob_match(n, comp, steps))
         found = nxt
     return sorted(found)
 
@@ -249,7 +275,7 @@ def _listed_in_conf(root: Root) -> set[str]:
     seen: set[str] = set()
     visited: set[tuple[int, int]] = set()
     todo: list[tuple[str, int]] = [("/etc/ld.so.conf", 0)]
-    reads, budget = 0, [MAX_GLOB_NAMES]
+    reads, left, budget, steps = 0, MAX_CONF_BYTES, [MAX_GLOB_NAMES], [MAX_GLOB_STEPS]
     while todo:
         name, depth = todo.pop(0)
         fd = open_regular(root, name)
@@ -264,9 +290,11 @@ def _listed_in_conf(root: Root) -> set[str]:
                     continue
                 visited.add((st.st_dev, st.st_ino))
                 reads += 1
-                if reads > MAX_CONF_FILES:  # past the bound: the rest counts as unknown
+                if reads > MAX_CONF_FILES or left <= 0:  # past a bound: the rest counts as unknown
                     break
-                text = os.read(fd, CONF_READ_LIMIT).decode(errors="replace")
+                data = os.read(fd, min(CONF_READ_LIMIT, left))
+                left -= len(data)
+                text = data.decode(errors="replace")
             finally:
                 os.close(fd)
         dirs, includes = conf_lines(text)
@@ -276,7 +304,7 @@ def _listed_in_conf(root: Root) -> set[str]:
         here = name.rsplit("/", 1)[0] or "/"
         for pat in includes:
             full = pat if pat.startswith("/") else f"{here.rstrip('/')}/{pat}"
-            todo.extend((p, depth + 1) for p in _glob(root, full, budget))
+            todo.extend((p, depth + 1) for p in _glob(root, full, budget, steps))
             del todo[2 * MAX_CONF_FILES:]
     return seen
 
@@ -597,7 +625,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
         finally:
             os._exit(code)
     os.close(err_w)
-    chunks = []
+    tail = b""
     deadline = time.monotonic() + LDCONFIG_TIMEOUT + 5
     killed = False
     poller = select.poll()
@@ -612,15 +640,17 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             b = os.read(err_r, 65536)
             if not b:
                 break
-            chunks.append(b)
+            # only the tail is ever shown: what an image's ldconfig (or the host one warning
+            # about each of a hostile configuration's lines) prints is not all kept
+            tail = (tail + b)[-OUTPUT_TAIL:]
     finally:
         os.close(err_r)
         _, status = os.waitpid(pid, 0)
-    out = b"".join(chunks).decode(errors="replace").strip()
+    out = tail.decode(errors="replace").strip()
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
         raise ContainerError(f"ldconfig in container root {root.path} timed out "
                              f"(after {LDCONFIG_TIMEOUT}s; a FIFO or device in its configuration?)")
     if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-        last = out.splitlines()[-1] if out else f"exit status {rc}"
+        last = shown(out.splitlines()[-1], 300) if out else f"exit status {rc}"
         raise ContainerError(f"ldconfig in container root {root.path} failed: {last}")

@@ -38,6 +38,14 @@ def _mountinfo_table(text: str) -> dict[int, tuple[str, str]]:
     return table
 
 
+def _no_nul(path: str, root: str) -> None:
+    """A path read from the image (an ld.so.conf include) may hold a NUL byte: the same
+    one-line ContainerError whichever way it is resolved (os.open raises ValueError, and a
+    C string passed to openat2 would end at the NUL)."""
+    if "\0" in path:
+        raise ContainerError(f"{path.split(chr(0), 1)[0]}...: a path with a NUL byte in container root {root}")
+
+
 class Root:
     """An open container root directory. Close it (or use `with`) when done.
 
@@ -122,6 +130,7 @@ class Root:
               mode: int = 0o755) -> tuple[int, str]:
         """Resolve `path` in the root; returns (O_PATH fd, in-root path). create_dirs creates
         missing directories (the last one too when want == "dir")."""
+        _no_nul(path, self.path)
         stack: list[tuple[str, int]] = []  # (name, fd) below the root
         todo = _comps(path)
         todo.reverse()
@@ -191,6 +200,7 @@ class Root:
 
     def open(self, path: str, flags: int = _O_PATH, *, follow: bool = True) -> int:
         """Open an existing path in the root. Raises FileNotFoundError when it does not exist."""
+        _no_nul(path, self.path)
         if USE_OPENAT2 and follow:
             try:
                 return sc.openat2(self.fd, path, flags | os.O_CLOEXEC,
@@ -441,13 +451,23 @@ class Root:
         finally:
             os.close(fd)
 
-    def listdir(self, path: str) -> list[str]:
+    def listdir(self, path: str, limit: int | None = None) -> list[str]:
+        """Names in directory `path` of the root ([] when it is not one); with `limit`, at
+        most that many (an image's directory may hold millions: they are not all read)."""
         try:
             fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, ContainerError):
             return []
         try:
-            return os.listdir(fd)
+            if limit is None:
+                return os.listdir(fd)
+            names: list[str] = []
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if len(names) >= limit:
+                        break
+                    names.append(entry.name)
+            return names
         finally:
             os.close(fd)
 

@@ -27,6 +27,10 @@ BRANDS = (
 )
 
 
+# Bytes of the child's answer read back (512 devices' facts are ~100 KB).
+MAX_ANSWER = 4 << 20
+
+
 class NvmlMig(Record):
     gi: int
     ci: int
@@ -333,6 +337,7 @@ def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
             os._exit(code)
     os.close(w)
     chunks = []
+    size = 0
     why = ""
     deadline = time.monotonic() + timeout
     try:
@@ -349,13 +354,21 @@ def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
             if not chunk:
                 break
             chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER:  # the library wrote into our pipe: not an answer
+                os.kill(pid, signal.SIGKILL)
+                why = f"gave an answer longer than {MAX_ANSWER} bytes"
+                chunks = []
+                break
     finally:
         os.close(r)
         _, status = os.waitpid(pid, 0)
     if not why and os.WIFSIGNALED(status):
         why = f"crashed (signal {os.WTERMSIG(status)})"
-    try:
-        return (json.loads(b"".join(chunks)) if chunks else None), why or "gave no answer"
+    from nct import jsonio
+
+    try:  # nesting bounded (a library writing "[[[..." into our pipe: ValueError, not RecursionError)
+        return (jsonio.loads(b"".join(chunks)) if chunks else None), why or "gave no answer"
     except ValueError:
         return None, why or "gave a garbled answer"
 
@@ -363,12 +376,12 @@ def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
 def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, root: str | None = None) -> NvmlFacts:
     """Ask NVML (host path of libnvidia-ml.so.<v>) and/or libcuda for node facts; with a
     driver `root` (containing both paths) the child chroots there first."""
-    from nct.driver.procfs import normalise_bus_id
-
     missing = None if nvml_lib else "the driver's libnvidia-ml.so.1 was not found"
     if not nvml_lib and not cuda_lib:
         return NvmlFacts(error=missing)
     raw, why = _run_forked(_child_query, nvml_lib, cuda_lib, root, timeout=timeout)
+    if raw is not None and not isinstance(raw, dict):
+        raw, why = None, "gave a garbled answer"
     if raw is None:
         log.debug("NVML/libcuda query %s", why)
         return NvmlFacts(error=missing or f"the NVML query in a child process {why}")
@@ -377,17 +390,39 @@ def query(nvml_lib: str | None, cuda_lib: str | None, timeout: float = 20.0, roo
         log.debug("NVML unavailable: %s", raw["nvml_error"])
     if "cuda_error" in raw:
         log.debug("libcuda unavailable: %s", raw["cuda_error"])
+    try:
+        return _facts(raw, error)
+    except (TypeError, ValueError, KeyError, AttributeError):  # not what our child writes
+        log.debug("NVML/libcuda query gave a garbled answer")
+        return NvmlFacts(error=missing or "the NVML query in a child process gave a garbled answer")
+
+
+def _opt(v, kind: type):
+    """v when it is None or of `kind` (a bool is no int), else TypeError."""
+    if v is None or (isinstance(v, kind) and not (kind is int and isinstance(v, bool))):
+        return v
+    raise TypeError(f"{type(v).__name__} where {kind.__name__} was expected")
+
+
+def _facts(raw: dict, error: str | None) -> NvmlFacts:
+    """NvmlFacts from the child's answer; TypeError/ValueError/KeyError when it is not of the
+    shape _child_query writes (the driver's library shares the child's fds)."""
+    from nct.driver.procfs import normalise_bus_id
+
     gpus = []
     for g in raw.get("gpus", ()):
-        bus = normalise_bus_id(str(g.get("bus_id", "")))
+        bus = normalise_bus_id(_opt(g.get("bus_id"), str) or "")
         if bus is None:
             continue
         migs = tuple(
-            NvmlMig(gi=int(m["gi"]), ci=int(m["ci"]), uuid=m.get("uuid"), name=m.get("name"), index=int(m.get("index", 0)))
+            NvmlMig(gi=_opt(m["gi"], int), ci=_opt(m["ci"], int), uuid=_opt(m.get("uuid"), str),
+                    name=_opt(m.get("name"), str), index=_opt(m.get("index", 0), int))
             for m in g.get("migs", ()) if "gi" in m and "ci" in m
         )
-        gpus.append(NvmlGpu(bus_id=bus, uuid=g.get("uuid"), name=g.get("name"), brand=g.get("brand"),
-                            architecture=g.get("architecture"), minor=g.get("minor"),
-                            mig_enabled=g.get("mig_enabled"), migs=migs))
-    return NvmlFacts(driver_version=raw.get("driver_version"), cuda_version=raw.get("cuda_version"),
+        gpus.append(NvmlGpu(bus_id=bus, uuid=_opt(g.get("uuid"), str), name=_opt(g.get("name"), str),
+                            brand=_opt(g.get("brand"), str), architecture=_opt(g.get("architecture"), str),
+                            minor=_opt(g.get("minor"), int), mig_enabled=_opt(g.get("mig_enabled"), bool),
+                            migs=migs))
+    return NvmlFacts(driver_version=_opt(raw.get("driver_version"), str),
+                     cuda_version=_opt(raw.get("cuda_version"), str),
                      gpus=tuple(gpus), nvml=bool(raw.get("nvml")), error=None if raw.get("nvml") else error)

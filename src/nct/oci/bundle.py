@@ -12,7 +12,7 @@ import os
 from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
-from nct.limits import read_document
+from nct.limits import read_document, shown
 
 CONFIG_NAME = "config.json"
 
@@ -55,7 +55,7 @@ def load_bundle_spec(bundle: str, *, strict: bool = False) -> dict:
     if strict:
         unknown = unknown_fields(spec)
         if unknown:
-            raise SpecError(f"{path}: unknown field {unknown[0]!r} in OCI spec"
+            raise SpecError(f"{path}: unknown field {shown(repr(unknown[0]))} in OCI spec"
                             + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
     return spec
 

@@ -143,7 +143,13 @@ def _semver_ident(s: str, numeric_ok: bool) -> bool:
         not (numeric_ok and s.isdigit() and len(s) > 1 and s[0] == "0")
 
 
-def _go_semver(v: str) -> tuple[tuple[int, int, int], list[str]] | None:
+def _num_key(n: str) -> tuple[int, str]:
+    """Sort key of a decimal without leading zeros, as Go's semver compares them (by length,
+    then digits): any length, and no int() (which refuses more than 4300 digits)."""
+    return len(n), n
+
+
+def _go_semver(v: str) -> tuple[tuple, list[str]] | None:
     """golang.org/x/mod/semver's reading of "v"+v: MAJOR[.MINOR[.PATCH[-PRE][+BUILD]]] with no
     leading zeros; None when invalid (it then sorts below every valid version)."""
     core, plus, build = v.partition("+")
@@ -158,7 +164,7 @@ def _go_semver(v: str) -> tuple[tuple[int, int, int], list[str]] | None:
     pres = pre.split(".") if dash else []
     if not all(_semver_ident(p, True) for p in pres):
         return None
-    vals = [int(n) for n in nums] + [0] * (3 - len(nums))
+    vals = [_num_key(n) for n in nums] + [_num_key("0")] * (3 - len(nums))
     return (vals[0], vals[1], vals[2]), pres
 
 
@@ -178,7 +184,7 @@ def go_semver_compare(a: str, b: str) -> int:
             continue
         na, nb = ia.isdigit(), ib.isdigit()
         if na and nb:
-            return -1 if int(ia) < int(ib) else 1
+            return -1 if _num_key(ia) < _num_key(ib) else 1
         if na != nb:
             return -1 if na else 1
         return -1 if ia < ib else 1
@@ -203,7 +209,7 @@ def is_privileged(spec: dict) -> bool:
     if isinstance(caps, list):
         if not has_flat_capabilities(spec.get("ociVersion")):
             raise RequestError("invalid OCI spec: process.capabilities must be an object "
-                               f"for ociVersion {spec.get('ociVersion')!r}")
+                               f"for ociVersion {shown(repr(spec.get('ociVersion')))}")
         bounding = caps
     elif isinstance(caps, dict):
         bounding = caps.get("bounding") or []

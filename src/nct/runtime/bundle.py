@@ -5,6 +5,7 @@ with upstream's strict decode (fields the OCI spec does not define are an error 
 from __future__ import annotations
 
 from nct.errors import SpecError
+from nct.limits import shown
 from nct.oci.bundle import check_spec_types, read_spec_file, unknown_fields, write_spec_file
 
 
@@ -16,7 +17,7 @@ def read_spec(path: str, *, strict: bool = True) -> dict:
         unknown = unknown_fields(spec)
         if unknown:
             raise SpecError(
-                f"{path}: unknown field {unknown[0]!r} in OCI specification "
+                f"{path}: unknown field {shown(repr(unknown[0]))} in OCI specification "
                 "(set features.allow-unknown-oci-spec-fields = true to allow it)"
             )
     return spec
