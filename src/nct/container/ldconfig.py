@@ -373,6 +373,22 @@ def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
     return points
 
 
+def _open_mount_point(point: str) -> int:
+    """O_PATH fd of an absolute mount point from mountinfo, opened one component at a time
+    (O_NOFOLLOW, each relative to its parent): a volume's host path may be longer than
+    PATH_MAX (a deep `VOLUME` in the image), which a single open() refuses (ENAMETOOLONG)."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for comp in (c for c in point.split("/") if c):
+            nxt = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _seal_mounts_mount2(top: str) -> None:
     """mount(2) fallback for SEALED_ATTRS (no mount_setattr: Linux < 5.12): remount every
     mount at or below `top` (our private copies), keeping its other flags, and check each.
@@ -384,9 +400,11 @@ def _seal_mounts_mount2(top: str) -> None:
     keep_mask = sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     for point in mounts_at_or_below(text, top):
         try:
-            fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # overmounted or gone: not reachable from the root either
+            fd = _open_mount_point(point)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # below an overmount or gone: not reachable from the root either
+        except OSError as e:  # fail closed: a mount we cannot seal must not stay in the view
+            raise ContainerError(f"nodev view of {point[:200]}: {e.strerror}") from None
         try:
             keep = os.fstatvfs(fd).f_flag & keep_mask
             if point.rstrip("/") != top.rstrip("/"):

@@ -1,0 +1,81 @@
+"""Attacks from the security review of the device-node confinement and the volume policy
+(issue 9 §1, §5; docs/security.md §3b, §3c): each is a hostile image (or container) against
+the real parts; the ones that found a defect are regression tests, the rest are asserted
+negative results (the defence held)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.scratchdisk import OpenWatch, scratch_disk  # noqa: F401 - fixture
+from realparts import needs_gcc, needs_root
+from test_devnodes import cache_lists, image, oldkernel_bin, run_ldconfig  # noqa: F401 - fixtures
+
+pytestmark = [needs_root, needs_gcc]
+PATH_MAX = 4096
+
+
+def _mkdirs_at(base: str, comps: list[str]) -> int:
+    """O_PATH fd of base/comps..., made one component at a time (the whole path may be longer
+    than PATH_MAX: no single path string names it)."""
+    fd = os.open(base, os.O_PATH | os.O_DIRECTORY)
+    for c in comps:
+        try:
+            os.mkdir(c, 0o755, dir_fd=fd)
+        except FileExistsError:
+            pass
+        nxt = os.open(c, os.O_PATH | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_volume_mounted_past_path_max_is_sealed_too(image, scratch_disk, oldkernel_bin, tmp_path, kernel):
+    """A volume whose host-side mount point is longer than PATH_MAX (an image's `VOLUME` at a
+    deep path: the in-root path stays below PATH_MAX, the rootfs prefix pushes it over). On
+    kernels without mount_setattr every mount of ldconfig's copy is remounted by its path
+    from mountinfo; that open failed (ENAMETOOLONG) and the mount was skipped, keeping device
+    nodes (and writes) in ldconfig's view. With the device cgroup off (a cgroup namespace),
+    ldconfig opened a node of the host's disk through a lib link in that volume."""
+    from e2e.scratchdisk import EVIL_LIB
+
+    want = PATH_MAX - len(image) + 8  # in-root length: the host path is over PATH_MAX
+    assert want + 1 + len(EVIL_LIB) < PATH_MAX - 16, "rootfs path too short for this test"
+    comps, left = [], want
+    while left > 0:
+        n = min(200, left - 1) if left > 201 else left - 1
+        if n <= 0:
+            break
+        comps.append("d" * n)
+        left -= n + 1
+    inroot = "/" + "/".join(comps)
+    assert len(image) + len(inroot) > PATH_MAX
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    os.mknod(vol / "disk-node", 0o60666, scratch_disk.rdev)
+    os.symlink("disk-node", vol / EVIL_LIB)
+    fd = _mkdirs_at(image, comps)
+    subprocess.run(["mount", "--bind", str(vol), f"/proc/{os.getpid()}/fd/{fd}"], check=True)
+    os.close(fd)
+    (Path(image) / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+    (Path(image) / "etc/ld.so.conf.d/deep.conf").write_text(inroot + "\n")
+    watch = OpenWatch()
+    watch.add(vol / "disk-node")
+    try:
+        res = run_ldconfig(image, jail=1, kernel=kernel, oldkernel_bin=oldkernel_bin, disable="jail")
+        opened = watch.opened()
+    finally:
+        watch.close()
+        subprocess.run(["umount", "-l", f"{vol}"], check=False)  # no-op: unmounted below
+        fd = _mkdirs_at(image, comps)
+        subprocess.run(["umount", "-l", f"/proc/{os.getpid()}/fd/{fd}"], check=False)
+        os.close(fd)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert opened == [], "ldconfig opened a host disk node in a volume mounted past PATH_MAX"
+    assert scratch_disk.unchanged()
+    assert sorted(os.listdir(vol)) == sorted(["disk-node", EVIL_LIB]), "ldconfig wrote into the volume"
