@@ -79,3 +79,54 @@ def test_volume_mounted_past_path_max_is_sealed_too(image, scratch_disk, oldkern
     assert opened == [], "ldconfig opened a host disk node in a volume mounted past PATH_MAX"
     assert scratch_disk.unchanged()
     assert sorted(os.listdir(vol)) == sorted(["disk-node", EVIL_LIB]), "ldconfig wrote into the volume"
+
+
+@pytest.fixture
+def mounts(tmp_path):
+    """mount(8) in the test's namespace; everything is unmounted (lazily) afterwards."""
+    made: list[str] = []
+
+    def mount(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True)
+        made.append(args[-1])
+
+    yield mount
+    for target in reversed(made):
+        subprocess.run(["umount", "-l", target], check=False)
+
+
+@pytest.mark.parametrize("how", ["whole tmpfs bound", "fresh container tmpfs"])
+def test_shared_tmpfs_volume_is_a_volume(rootfs, tmp_path, mounts, how):
+    """A tmpfs mounted on the host and bound whole into the container (`-v /dev/shm:/data`,
+    a docker tmpfs named volume, a Kubernetes emptyDir with medium Memory shared by a pod's
+    containers) has mount root "/" like the tmpfs runc makes for the container's /dev. It
+    was taken for the container's own, so an image link led nct (host root) to create files
+    in a directory shared with the host and other containers. A tmpfs is the container's own
+    only when the same filesystem is mounted nowhere outside the container root; a fresh one
+    (runc's /dev) still is."""
+    from nct.container.rootfs import Root
+    from nct.errors import ContainerError
+
+    data = Path(rootfs) / "data"
+    data.mkdir()
+    if how == "whole tmpfs bound":
+        shared = tmp_path / "host-shm"
+        shared.mkdir()
+        mounts("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(shared))
+        (shared / "lib").mkdir()
+        (shared / "keep").write_text("host data\n")
+        mounts("--bind", str(shared), str(data))
+    else:
+        mounts("-t", "tmpfs", "tmpfs", str(data))
+        (data / "lib").mkdir()
+    os.symlink("/data/lib", Path(rootfs) / "nvlib")
+    with Root(rootfs) as root:
+        if how == "whole tmpfs bound":
+            with pytest.raises(ContainerError, match=r"refusing to create /nvlib/libnvidia-ml\.so\.1 .* on a volume"):
+                root.write_file("/nvlib/libnvidia-ml.so.1", b"x")
+            with pytest.raises(ContainerError, match="on a volume"):
+                root.symlink("libnvidia-ml.so.1", "/nvlib/libnvidia-ml.so")
+            assert sorted(os.listdir(shared)) == ["keep", "lib"] and os.listdir(shared / "lib") == []
+        else:
+            root.write_file("/nvlib/libnvidia-ml.so.1", b"x")
+            assert (data / "lib/libnvidia-ml.so.1").read_bytes() == b"x"

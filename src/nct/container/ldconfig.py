@@ -30,7 +30,7 @@ import time
 
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
-from nct.container.rootfs import Root, open_regular
+from nct.container.rootfs import Root, _unescape, open_regular
 from nct.errors import ContainerError
 from nct.sigreset import default_signals
 
@@ -340,21 +340,6 @@ def _hide(path: str) -> None:
 # Mount flags every mount of ldconfig's view of the root gets: no device node and no set-id
 # file of the image (or of a volume) means anything there.
 SEALED_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID
-
-
-def _unescape(field: str) -> str:
-    """A mountinfo path field: octal escapes (\\040 for a space...) decoded."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:

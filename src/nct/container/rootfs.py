@@ -27,15 +27,37 @@ def _comps(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
 
 
-def _mountinfo_table(text: str) -> dict[int, tuple[str, str]]:
-    """mount id -> (root of the mount within its filesystem, filesystem type)."""
+def _unescape(field: str) -> str:
+    """A mountinfo path field with its octal escapes (\\040 for a space...) decoded."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _mountinfo_table(text: str) -> dict[int, tuple[str, str, str, str]]:
+    """mount id -> (root of the mount within its filesystem, filesystem type, device
+    "major:minor", mount point)."""
     table = {}
     for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(" "), right.split(" ")
         if len(fields) >= 5 and rfields and fields[0].isdigit():
-            table[int(fields[0])] = (fields[3], rfields[0])
+            table[int(fields[0])] = (fields[3], rfields[0], fields[2], _unescape(fields[4]))
     return table
+
+
+def _mounted_outside(mounts: dict[int, tuple[str, str, str, str]], dev: str, top: str) -> bool:
+    """Whether filesystem `dev` is mounted anywhere not at or below path `top`."""
+    prefix = top.rstrip("/") + "/"
+    return any(d == dev and not (p == top or p.startswith(prefix)) for _, _, d, p in mounts.values())
 
 
 class Root:
@@ -49,7 +71,8 @@ class Root:
         self.path = path
         self._proc_self = proc_self if proc_self is not None else -1
         self._root_mnt: int | None = None
-        self._mounts: dict[int, tuple[str, str]] = {}
+        self._mounts: dict[int, tuple[str, str, str, str]] = {}
+        self._root_path: str | None = None  # the root's path in this mount namespace
         try:
             self.fd = fd if fd is not None else os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -64,10 +87,13 @@ class Root:
             self._proc_self = -1
 
     # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
-    def _proc(self, name: str) -> str:
+    def _proc_dir(self) -> int:
         if self._proc_self < 0:
             self._proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._proc_self)
+        return self._proc_self
+
+    def _proc(self, name: str) -> str:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._proc_dir())
         try:
             chunks = []
             while True:
@@ -95,8 +121,14 @@ class Root:
             return True
         if mnt not in self._mounts:
             self._mounts = _mountinfo_table(self._proc("mountinfo"))
-        mount_root, fstype = self._mounts.get(mnt, ("?", "?"))
-        return fstype == "tmpfs" and mount_root == "/"
+        mount_root, fstype, dev, _ = self._mounts.get(mnt, ("?", "?", "?", "?"))
+        if fstype != "tmpfs" or mount_root != "/":
+            return False
+        # a host tmpfs bound whole (`-v /dev/shm:/x`, a tmpfs named volume, a pod's
+        # memory emptyDir) has mount root "/" too, but is also mounted outside the root
+        if self._root_path is None:
+            self._root_path = os.readlink(f"fd/{self.fd}", dir_fd=self._proc_dir())
+        return not _mounted_outside(self._mounts, dev, self._root_path)
 
     def _creatable(self, dir_fd: int, path: str) -> None:
         """Refuse to create (or replace) anything in a directory outside the image's own
