@@ -6,6 +6,7 @@ negative results (the defence held)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -130,3 +131,87 @@ def test_shared_tmpfs_volume_is_a_volume(rootfs, tmp_path, mounts, how):
         else:
             root.write_file("/nvlib/libnvidia-ml.so.1", b"x")
             assert (data / "lib/libnvidia-ml.so.1").read_bytes() == b"x"
+
+
+FD_PROBE_C = r'''
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static const char *kind(mode_t m) {
+    return S_ISFIFO(m) ? "fifo" : S_ISDIR(m) ? "dir" : S_ISREG(m) ? "file" : S_ISCHR(m) ? "chr" :
+           S_ISBLK(m) ? "blk" : S_ISSOCK(m) ? "sock" : S_ISLNK(m) ? "link" : "other";
+}
+int main(void) {
+    char line[128];
+    int n = 0;
+    for (int fd = 0; fd <= 1024; fd++) {  /* /proc is hidden: ask each number */
+        struct stat st;
+        if (fcntl(fd, F_GETFD) < 0) continue;
+        if (fstat(fd, &st) != 0) continue;
+        snprintf(line, sizeof line, "%d %s\n", fd, kind(st.st_mode));
+        n++;
+        FILE *out = fopen("/ldconfig.out", "a");
+        if (!out) return 3;
+        fputs(line, out);
+        fclose(out);
+    }
+    return n ? 0 : 4;
+}
+'''
+
+
+@needs_gcc
+def test_image_ldconfig_inherits_no_fd_but_its_stdio(tmp_path, rootfs, host_gpu):
+    """`configure --pid` after `runc create` with the image's own ldconfig (a static probe):
+    every fd open in it at execve, found by F_GETFD on 0..1024 (/proc is hidden), must be
+    its three pipes: no fd of the host's /proc, cgroup dirs, sources, the root or the
+    ldconfig binary reaches image code."""
+    import json as _json
+    import uuid
+
+    from hookhelper import load
+    from nct.container.apply import ApplyOptions, apply_edits
+    from realparts import write_bundle, write_edits
+    from test_container_runc import gpu_edits
+
+    if not shutil.which("runc"):
+        pytest.skip("needs runc")
+    src = tmp_path / "probe.c"
+    src.write_text(FD_PROBE_C)
+    dst = Path(rootfs) / "sbin/ldconfig"
+    dst.parent.mkdir(exist_ok=True)
+    if dst.is_symlink() or dst.exists():
+        dst.unlink()
+    subprocess.run(["gcc", "-O1", "-static", "-o", str(dst), str(src)], check=True)
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "true"])
+    edits, _ = load(write_edits(str(tmp_path / "edits.json"), gpu_edits(host_gpu)))
+    cid = "nct-test-" + uuid.uuid4().hex[:10]
+    try:
+        with open(tmp_path / "out.txt", "w") as f:
+            subprocess.run(["runc", "create", "--bundle", bundle, cid], stdout=f, stderr=f, stdin=subprocess.DEVNULL,
+                           check=True, timeout=60)
+        pid = _json.loads(subprocess.run(["runc", "state", cid], capture_output=True, text=True,
+                                         check=True).stdout)["pid"]
+        apply_edits(edits, rootfs, pid, ApplyOptions(ldconfig="/sbin/ldconfig"))
+    finally:
+        subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+    assert (Path(rootfs) / "ldconfig.out").read_text().splitlines() == ["0 fifo", "1 fifo", "2 fifo"]
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_image_ldconfig_fds_on_both_kernels(image, oldkernel_bin, tmp_path, kernel):
+    """The same probe through run_ldconfig on a new and on the simulated old kernel (mount(2)
+    and /proc/self/fd paths): three pipes only."""
+    src = tmp_path / "probe.c"
+    src.write_text(FD_PROBE_C)
+    dst = Path(image) / "sbin/ldconfig"
+    dst.parent.mkdir(exist_ok=True)
+    if dst.is_symlink() or dst.exists():
+        dst.unlink()
+    subprocess.run(["gcc", "-O1", "-static", "-o", str(dst), str(src)], check=True)
+    res = run_ldconfig(image, jail=1, kernel=kernel, oldkernel_bin=oldkernel_bin, ldconfig="/sbin/ldconfig",
+                       write_conf=False)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert (Path(image) / "ldconfig.out").read_text().splitlines() == ["0 fifo", "1 fifo", "2 fifo"]
