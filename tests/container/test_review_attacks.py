@@ -215,3 +215,59 @@ def test_image_ldconfig_fds_on_both_kernels(image, oldkernel_bin, tmp_path, kern
                        write_conf=False)
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert (Path(image) / "ldconfig.out").read_text().splitlines() == ["0 fifo", "1 fifo", "2 fifo"]
+
+
+PROCWALK_C = r'''
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    char pid[32] = {0}, path[512];
+    FILE *in = fopen("/probe-target", "r");
+    if (!in || !fgets(pid, sizeof pid, in)) return 3;
+    pid[strcspn(pid, "\n")] = 0;
+    snprintf(path, sizeof path, "/hostproc/%s/root/%s", pid, "@VICTIM@");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    FILE *out = fopen("/ldconfig.out", "w");
+    if (!out) return 4;
+    if (fd < 0) { fprintf(out, "%s\n", strerror(errno)); }
+    else { if (write(fd, "owned\n", 6) != 6) return 5; close(fd); fprintf(out, "written\n"); }
+    return fclose(out) ? 6 : 0;
+}
+'''
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_image_ldconfig_cannot_walk_a_procfs_volume_to_the_host(image, oldkernel_bin, tmp_path, mounts, kernel):
+    """`-v /proc:/host/proc:ro` (monitoring images do this) puts the host's procfs below the
+    root; only the standard /proc was hidden. The image's own ldconfig (uid 0 with three
+    capabilities) could follow /host/proc/PID/root of any host process it may ptrace (uid 0,
+    capabilities a subset of its own: here a root process without capabilities) into that
+    process's root, a writable host mount, and create host files. Every procfs, sysfs and
+    other kernel filesystem mount below the root is detached from ldconfig's view."""
+    victim_dir = tmp_path / "host-victim"
+    victim_dir.mkdir()
+    victim = victim_dir / "created-by-image"
+    src = tmp_path / "probe.c"
+    src.write_text(PROCWALK_C.replace("@VICTIM@", str(victim).lstrip("/")))
+    dst = Path(image) / "sbin/ldconfig"
+    dst.parent.mkdir(exist_ok=True)
+    if dst.is_symlink() or dst.exists():
+        dst.unlink()
+    subprocess.run(["gcc", "-O1", "-static", "-o", str(dst), str(src)], check=True)
+    (Path(image) / "hostproc").mkdir()
+    mounts("--bind", "-o", "ro", "/proc", str(Path(image) / "hostproc"))
+    target = subprocess.Popen(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "sleep", "120"])
+    try:
+        (Path(image) / "probe-target").write_text(f"{target.pid}\n")
+        res = run_ldconfig(image, jail=1, kernel=kernel, oldkernel_bin=oldkernel_bin, ldconfig="/sbin/ldconfig",
+                           write_conf=False)
+    finally:
+        target.kill()
+        target.wait()
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    report = (Path(image) / "ldconfig.out").read_text().strip()
+    assert not victim.exists(), "the image's ldconfig created a host file through a procfs volume"
+    assert report == "No such file or directory", report

@@ -324,6 +324,66 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
     return True
 
 
+# Kernel filesystems that lead out of the root or to host state: a procfs anywhere in the
+# root (`-v /proc:/host/proc`) has /proc/PID/root and fd magic links into any host process
+# ldconfig may ptrace (uid 0, capabilities a subset of its own), whose root mount is
+# writable; sysfs, cgroupfs, debugfs... expose host state. ldconfig reads libraries only.
+KERNEL_FS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "bpf", "configfs",
+    "efivarfs", "pstore", "binfmt_misc", "fusectl", "nsfs", "mqueue", "devpts", "devtmpfs",
+    "hugetlbfs", "selinuxfs", "rpc_pipefs", "nfsd"})
+_DETACH_ROUNDS = 8
+
+
+def _mnt_id(proc: int, fd: int) -> int | None:
+    with open(f"../self/fdinfo/{fd}", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, dir_fd=proc)) as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    return None
+
+
+def _detach_kernel_mounts(proc: int) -> None:
+    """After pivoting into the sealed copy: detach every kernel filesystem mount (KERNEL_FS)
+    reachable in it. `proc` is a directory fd in the host's procfs (opened before entering
+    the container's mount namespace, whose /proc may be the container's own); our own
+    mountinfo and fdinfo are read through it. A mount is detached only when the path
+    resolves to it (not to something mounted over it); repeated until none is left, else
+    ldconfig does not run (fails closed)."""
+    for _ in range(_DETACH_ROUNDS):
+        with open("../self/mountinfo", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, dir_fd=proc)) as f:
+            text = f.read()
+        found = False
+        for line in text.splitlines():
+            left, _, right = line.partition(" - ")
+            fields = left.split(" ")
+            if len(fields) < 5 or not right or right.split(" ")[0] not in KERNEL_FS:
+                continue
+            point = _unescape(fields[4])
+            if point == "/":
+                raise ContainerError(f"ldconfig's view of the container root is a {right.split(' ')[0]} mount")
+            try:
+                fd = _open_mount_point(point)
+            except OSError:
+                continue  # gone (below a mount detached already) or hidden below another mount
+            try:
+                if _mnt_id(proc, fd) != int(fields[0]):
+                    continue  # something else is mounted over it: that hides it
+                parent = _open_mount_point(point.rsplit("/", 1)[0] or "/")
+            finally:
+                os.close(fd)
+            try:
+                os.fchdir(parent)
+                sc.umount2(point.rsplit("/", 1)[1], sc.MNT_DETACH | sc.UMOUNT_NOFOLLOW)
+            finally:
+                os.close(parent)
+                os.chdir("/")
+            found = True
+        if not found:
+            return
+    raise ContainerError("cannot detach the kernel filesystems mounted in the container root from ldconfig's view")
+
+
 def _hide(path: str) -> None:
     """Read-only empty tmpfs over a real directory (not a symlink) of the new root."""
     try:
@@ -543,6 +603,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
     if jail.problem:  # the nodev view below still keeps devices out; say what is missing
         os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
     pid = os.fork()
     if pid == 0:  # child: never returns
         code = 127
@@ -563,9 +624,11 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
+            sc.close_fds_except({root.fd, proc} | ({exe_fd} if exe_fd is not None else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(root, no_pivot)
+            _detach_kernel_mounts(proc)
+            os.close(proc)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
             # No host network, IPC, hostname or processes; then only the capabilities ldconfig needs.

@@ -87,13 +87,14 @@ class Root:
             self._proc_self = -1
 
     # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
-    def _proc_dir(self) -> int:
+    def proc_dir(self) -> int:
+        """An O_PATH fd of this process's directory in the host's procfs (see `proc_self`)."""
         if self._proc_self < 0:
             self._proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         return self._proc_self
 
     def _proc(self, name: str) -> str:
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._proc_dir())
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_dir())
         try:
             chunks = []
             while True:
@@ -127,7 +128,7 @@ class Root:
         # a host tmpfs bound whole (`-v /dev/shm:/x`, a tmpfs named volume, a pod's
         # memory emptyDir) has mount root "/" too, but is also mounted outside the root
         if self._root_path is None:
-            self._root_path = os.readlink(f"fd/{self.fd}", dir_fd=self._proc_dir())
+            self._root_path = os.readlink(f"fd/{self.fd}", dir_fd=self.proc_dir())
         return not _mounted_outside(self._mounts, dev, self._root_path)
 
     def _creatable(self, dir_fd: int, path: str) -> None:
