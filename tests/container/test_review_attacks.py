@@ -271,3 +271,47 @@ def test_image_ldconfig_cannot_walk_a_procfs_volume_to_the_host(image, oldkernel
     report = (Path(image) / "ldconfig.out").read_text().strip()
     assert not victim.exists(), "the image's ldconfig created a host file through a procfs volume"
     assert report == "No such file or directory", report
+
+
+FAKE_PROC = """
+import os, sys
+from nct.container import syscalls as sc
+from nct.container.rootfs import Root
+rootfs, node = sys.argv[1], sys.argv[2]
+proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # as apply._enter
+sc.unshare(sc.CLONE_NEWNS)
+sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+# the container's /proc after `configure --pid` entered it (a container that may mount, in its
+# own user namespace): every /proc/self/fd/N names its node
+sc.mount("tmpfs", "/proc", "tmpfs", 0, "mode=0755")
+os.makedirs("/proc/self/fd")
+for n in range(256):
+    os.symlink(node, f"/proc/self/fd/{n}")
+with Root(rootfs, proc_self=proc_self) as root:
+    fd = root.open_regular("/etc/nct-conf")
+    print(os.read(fd, 64).decode(errors="replace").splitlines()[0])
+"""
+
+
+def test_open_regular_reopens_through_our_procfs(rootfs, scratch_disk, tmp_path):
+    """open_regular (and the O_PATH re-opens of Root.open and chmod) re-opened their fd by
+    the path "/proc/self/fd/N": after entering a pivoted container's mount namespace that is
+    the container's /proc, which a container able to mount (its own user namespace) replaces,
+    so the re-open named any node it likes. They go through the host procfs fd taken before
+    entering the namespace."""
+    import sys
+
+    node = tmp_path / "disk-node"
+    os.mknod(node, 0o60666, scratch_disk.rdev)
+    (Path(rootfs) / "etc").mkdir(exist_ok=True)
+    (Path(rootfs) / "etc/nct-conf").write_text("root: a regular file\n")
+    watch = OpenWatch()
+    watch.add(node)
+    try:
+        res = subprocess.run([sys.executable, "-c", FAKE_PROC, rootfs, str(node)], capture_output=True, text=True,
+                             timeout=60)
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert opened == [], "open_regular opened the node a fake /proc/self/fd named"
+    assert res.returncode == 0 and res.stdout.startswith("root:"), res.stdout + res.stderr

@@ -88,13 +88,20 @@ class Root:
 
     # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
     def proc_dir(self) -> int:
-        """An O_PATH fd of this process's directory in the host's procfs (see `proc_self`)."""
+        """An O_PATH fd of a process directory in the host's procfs (see `proc_self`); callers
+        name files as "../self/...": the process that reads, even after a fork."""
         if self._proc_self < 0:
             self._proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         return self._proc_self
 
+    def reopen(self, fd: int, flags: int) -> int:
+        """Re-open the object of (O_PATH) fd `fd` with `flags` through its magic link in our
+        procfs, never through the path "/proc/self/fd/N": inside a container's mount
+        namespace that /proc is the container's, and may name anything."""
+        return os.open(f"../self/fd/{fd}", flags | os.O_CLOEXEC, dir_fd=self.proc_dir())
+
     def _proc(self, name: str) -> str:
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_dir())
+        fd = os.open(f"../self/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_dir())
         try:
             chunks = []
             while True:
@@ -128,7 +135,7 @@ class Root:
         # a host tmpfs bound whole (`-v /dev/shm:/x`, a tmpfs named volume, a pod's
         # memory emptyDir) has mount root "/" too, but is also mounted outside the root
         if self._root_path is None:
-            self._root_path = os.readlink(f"fd/{self.fd}", dir_fd=self.proc_dir())
+            self._root_path = os.readlink(f"../self/fd/{self.fd}", dir_fd=self.proc_dir())
         return not _mounted_outside(self._mounts, dev, self._root_path)
 
     def _creatable(self, dir_fd: int, path: str) -> None:
@@ -240,7 +247,7 @@ class Root:
                 raise ContainerError(f"{path} in container root {self.path}: not a directory")
             return fd
         try:  # re-open the resolved object with the wanted flags, without a path lookup
-            return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+            return self.reopen(fd, flags)
         except OSError as e:
             raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
         finally:
@@ -256,7 +263,7 @@ class Root:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ContainerError(f"{path} in container root {self.path}: not a regular file")
-            return os.open(sc.fd_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            return self.reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as e:
             raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
         finally:
@@ -465,7 +472,7 @@ class Root:
             if stat.S_IMODE(st.st_mode) == mode:
                 return False
             try:
-                os.chmod(f"/proc/self/fd/{fd}", mode)
+                os.chmod(f"../self/fd/{fd}", mode, dir_fd=self.proc_dir())
             except PermissionError:
                 return False
             except OSError as e:
