@@ -315,3 +315,106 @@ def test_open_regular_reopens_through_our_procfs(rootfs, scratch_disk, tmp_path)
         watch.close()
     assert opened == [], "open_regular opened the node a fake /proc/self/fd named"
     assert res.returncode == 0 and res.stdout.startswith("root:"), res.stdout + res.stderr
+
+
+def _run_with(image: str, extra: str, *, jail: int, disable: str = "") -> subprocess.CompletedProcess:
+    """test_devnodes.run_ldconfig with `extra` code run in the child first."""
+    import sys
+    import textwrap
+
+    from test_devnodes import CLEAN_ENV, NO_JAIL, NO_NODEV
+
+    code = "import os\nfrom nct.container import cgroups, ldconfig as L\n"
+    code += f"cgroups.JAIL_VERSIONS = {(jail,)}\n" + textwrap.dedent(extra)
+    code += (NO_NODEV if "nodev" in disable else "") + (NO_JAIL if "jail" in disable else "")
+    code += textwrap.dedent(f"""
+        from nct.container.rootfs import Root
+        from nct.errors import NctError
+        try:
+            with Root({image!r}) as r:
+                L.run_ldconfig(r, ["/usr/lib/x86_64-linux-gnu"], write_conf=True)
+        except NctError as e:
+            print("ERR", e)
+        else:
+            print("OK")
+    """)
+    env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("layer", ["both", "nodev only", "cgroup v1 only", "cgroup v2 only"])
+def test_cache_temp_node_recreated_after_the_removal(image, scratch_disk, layer):
+    """A running container (`configure --pid`, CAP_MKNOD is in docker's default set) puts the
+    disk node back at /etc/ld.so.cache~ between nct's removal and ldconfig's
+    O_CREAT|O_WRONLY|O_TRUNC open (here: the removal is skipped, the widest race). Each layer
+    alone refuses the open: ldconfig fails (the container's own problem), the disk is
+    untouched and the node never opened."""
+    from e2e.scratchdisk import plant
+
+    node = plant(Path(image), scratch_disk.rdev, "cache~")
+    watch = OpenWatch()
+    watch.add(node)
+    jail = 2 if "v2" in layer else 1
+    disable = {"both": "", "nodev only": "jail", "cgroup v1 only": "nodev", "cgroup v2 only": "nodev"}[layer]
+    try:
+        res = _run_with(image, "from nct.container.rootfs import Root\nRoot.remove_unless_regular = "
+                        "lambda self, path: False\n", jail=jail, disable=disable)
+        opened = watch.opened()
+    finally:
+        watch.close()
+    if jail == 2 and "without a deny-all device cgroup" in res.stderr:
+        pytest.skip("no cgroup v2 device program possible here")
+    assert res.stdout.startswith("ERR ldconfig in container root"), res.stdout + res.stderr
+    assert "ld.so.cache~" in res.stdout and ("Permission denied" in res.stdout
+                                             or "Operation not permitted" in res.stdout), res.stdout
+    assert opened == [] and scratch_disk.unchanged()
+
+
+@pytest.mark.parametrize("how", ["renamed over", "hard link"])
+def test_regular_file_swapped_for_a_node_after_the_check(rootfs, scratch_disk, tmp_path, monkeypatch, how):
+    """open_regular checks the O_PATH fd (fstat: regular) and re-opens that fd's magic link:
+    a running container that renames a disk node (or a hard link to one) over the name
+    between the two gets the file it had, never the node. A hard link to a node is a node."""
+    from nct.container.rootfs import Root
+    from nct.errors import ContainerError
+
+    etc = Path(rootfs) / "etc"
+    etc.mkdir(exist_ok=True)
+    (etc / "nct-conf").write_text("the regular file\n")
+    node = tmp_path / "disk-node"
+    os.mknod(node, 0o60666, scratch_disk.rdev)
+    watch = OpenWatch()
+    watch.add(node)
+    real_open = Root.open
+
+    def racing_open(self, path, flags=os.O_PATH | os.O_CLOEXEC, *, follow=True):
+        fd = real_open(self, path, flags, follow=follow)
+        if how == "renamed over":
+            os.link(node, etc / "swap")  # the watched inode
+            os.rename(etc / "swap", etc / "nct-conf")
+        return fd
+
+    try:
+        with Root(rootfs) as root:
+            if how == "hard link":
+                os.link(node, etc / "linked")
+                with pytest.raises(ContainerError, match="not a regular file"):
+                    root.open_regular("/etc/linked")
+            else:
+                monkeypatch.setattr(Root, "open", racing_open)
+                fd = root.open_regular("/etc/nct-conf")
+                try:
+                    assert os.read(fd, 64) == b"the regular file\n"
+                finally:
+                    os.close(fd)
+                assert stat_is_blk(etc / "nct-conf")
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert opened == [] and scratch_disk.unchanged()
+
+
+def stat_is_blk(path: Path) -> bool:
+    import stat
+
+    return stat.S_ISBLK(os.lstat(path).st_mode)
