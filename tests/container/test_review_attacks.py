@@ -239,8 +239,9 @@ int main(void) {
 '''
 
 
+@pytest.mark.parametrize("pivot", [True, False], ids=["pivot_root", "chroot"])
 @pytest.mark.parametrize("kernel", ["new", "old"])
-def test_image_ldconfig_cannot_walk_a_procfs_volume_to_the_host(image, oldkernel_bin, tmp_path, mounts, kernel):
+def test_image_ldconfig_cannot_walk_a_procfs_volume_to_the_host(image, oldkernel_bin, tmp_path, mounts, kernel, pivot):
     """`-v /proc:/host/proc:ro` (monitoring images do this) puts the host's procfs below the
     root; only the standard /proc was hidden. The image's own ldconfig (uid 0 with three
     capabilities) could follow /host/proc/PID/root of any host process it may ptrace (uid 0,
@@ -262,8 +263,8 @@ def test_image_ldconfig_cannot_walk_a_procfs_volume_to_the_host(image, oldkernel
     target = subprocess.Popen(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "sleep", "120"])
     try:
         (Path(image) / "probe-target").write_text(f"{target.pid}\n")
-        res = run_ldconfig(image, jail=1, kernel=kernel, oldkernel_bin=oldkernel_bin, ldconfig="/sbin/ldconfig",
-                           write_conf=False)
+        res = _run_with(image, jail=1, ldconfig="/sbin/ldconfig", write_conf=False, no_pivot=not pivot,
+                        prefix=(oldkernel_bin,) if kernel == "old" else ())
     finally:
         target.kill()
         target.wait()
@@ -317,8 +318,10 @@ def test_open_regular_reopens_through_our_procfs(rootfs, scratch_disk, tmp_path)
     assert res.returncode == 0 and res.stdout.startswith("root:"), res.stdout + res.stderr
 
 
-def _run_with(image: str, extra: str, *, jail: int, disable: str = "") -> subprocess.CompletedProcess:
-    """test_devnodes.run_ldconfig with `extra` code run in the child first."""
+def _run_with(image: str, extra: str = "", *, jail: int, disable: str = "", ldconfig: str = "@/sbin/ldconfig",
+              write_conf: bool = True, no_pivot: bool = False, prefix: tuple[str, ...] = ()
+              ) -> subprocess.CompletedProcess:
+    """test_devnodes.run_ldconfig with `extra` code run in the child first, and no_pivot."""
     import sys
     import textwrap
 
@@ -332,14 +335,15 @@ def _run_with(image: str, extra: str, *, jail: int, disable: str = "") -> subpro
         from nct.errors import NctError
         try:
             with Root({image!r}) as r:
-                L.run_ldconfig(r, ["/usr/lib/x86_64-linux-gnu"], write_conf=True)
+                L.run_ldconfig(r, ["/usr/lib/x86_64-linux-gnu"], ldconfig={ldconfig!r}, write_conf={write_conf!r},
+                               no_pivot={no_pivot!r})
         except NctError as e:
             print("ERR", e)
         else:
             print("OK")
     """)
     env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("layer", ["both", "nodev only", "cgroup v1 only", "cgroup v2 only"])
@@ -418,3 +422,28 @@ def stat_is_blk(path: Path) -> bool:
     import stat
 
     return stat.S_ISBLK(os.lstat(path).st_mode)
+
+
+def test_host_ldconfig_makes_no_links_in_host_dirs_through_a_procfs_volume(image, tmp_path, mounts):
+    """The same procfs volume with the host's ldconfig: an image conf entry naming
+    /hostproc/PID/root/<host lib dir> had ldconfig (uid 0, three capabilities) scan a host
+    directory through the magic link and create its SONAME link there."""
+    from realparts import build_lib
+
+    host_dir = tmp_path / "host-libs"
+    build_lib(str(host_dir), "libnctvictim.so.1.0", "libnctvictim.so.1")
+    before = sorted(os.listdir(host_dir))
+    (Path(image) / "hostproc").mkdir()
+    mounts("--bind", "-o", "ro", "/proc", str(Path(image) / "hostproc"))
+    target = subprocess.Popen(["setpriv", "--inh-caps=-all", "--bounding-set=-all", "sleep", "120"])
+    try:
+        conf = Path(image) / "etc/ld.so.conf.d"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "host.conf").write_text(f"/hostproc/{target.pid}/root{host_dir}\n")
+        res = _run_with(image, jail=1)
+    finally:
+        target.kill()
+        target.wait()
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert sorted(os.listdir(host_dir)) == before, "ldconfig created a link in a host directory"
+    assert cache_lists(image, "libnctgood.so.1") and not cache_lists(image, "libnctvictim")
