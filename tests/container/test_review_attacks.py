@@ -447,3 +447,50 @@ def test_host_ldconfig_makes_no_links_in_host_dirs_through_a_procfs_volume(image
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert sorted(os.listdir(host_dir)) == before, "ldconfig created a link in a host directory"
     assert cache_lists(image, "libnctgood.so.1") and not cache_lists(image, "libnctvictim")
+
+
+
+
+@pytest.mark.parametrize("flags", ["allow-multi", "allow-override", "none"])
+def test_v2_jail_under_a_parent_that_allows_every_device(image, scratch_disk, flags):
+    """cgroup v2 device programs: the hook's own cgroup already has a program that allows
+    every device. BPF_F_ALLOW_MULTI there: the effective set is both programs and all must
+    allow, so the jail's deny wins; BPF_F_ALLOW_OVERRIDE: the jail's program replaces the
+    parent's; no flag: nothing may be attached below, the jail cannot be made, ldconfig
+    says so and the nodev view still holds. The nodev view is off except in the last case."""
+    from e2e.scratchdisk import plant
+    from nct.container import cgroups as cg
+    from nct.container import syscalls as sc
+
+    base = next((p for r, p, t, _ in cg._mounts("/proc/self/mountinfo") if t == "cgroup2" and r == "/"), None)
+    if base is None:
+        pytest.skip("no cgroup2 mount")
+    parent = os.path.join(base, f"nct-review-{os.urandom(4).hex()}")
+    os.mkdir(parent)
+    try:
+        cg._raise_memlock()
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        prog = sc.bpf_prog_load_device(cg._insn(cg._MOV64_K, 0, imm=1) + cg._insn(cg._EXIT))
+        attach = {"allow-multi": sc.BPF_F_ALLOW_MULTI, "allow-override": sc.BPF_F_ALLOW_OVERRIDE, "none": 0}[flags]
+        sc.bpf_prog_attach(fd, prog, attach, what=parent)
+        os.close(prog)
+        os.close(fd)
+        nodes = [plant(Path(image), scratch_disk.rdev, w) for w in ("lib", "conf")]
+        watch = OpenWatch()
+        for n in nodes:
+            watch.add(n)
+        try:
+            res = _run_with(image, f"open({parent + '/cgroup.procs'!r}, 'w').write('0')\n", jail=2,
+                            disable="" if flags == "none" else "nodev")
+            opened = watch.opened()
+        finally:
+            watch.close()
+    finally:
+        os.rmdir(parent)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    if flags == "none":
+        assert "warning: ldconfig runs without a deny-all device cgroup" in res.stderr, res.stderr
+    else:
+        assert "without a deny-all device cgroup" not in res.stderr, res.stderr
+    assert opened == [] and scratch_disk.unchanged()
+    assert cache_lists(image, "libnctgood.so.1")
