@@ -494,3 +494,27 @@ def test_v2_jail_under_a_parent_that_allows_every_device(image, scratch_disk, fl
         assert "without a deny-all device cgroup" not in res.stderr, res.stderr
     assert opened == [] and scratch_disk.unchanged()
     assert cache_lists(image, "libnctgood.so.1")
+
+
+def test_chmod_through_an_image_link_into_a_volume_is_refused(rootfs, tmp_path, mounts):
+    """`nvidia-cdi-hook chmod` resolves its paths in the root; an image symlink into a volume
+    had host root change the mode of a host file (a 0600 secret made 0755). Refused in one
+    line, like every creation there; the container's own files are still changed."""
+    from nct.container.hooks import chmod_paths
+    from nct.container.rootfs import Root
+    from nct.errors import ContainerError
+
+    host = tmp_path / "host-secrets"
+    host.mkdir()
+    (host / "key").write_text("secret\n")
+    os.chmod(host / "key", 0o600)
+    (Path(rootfs) / "data").mkdir()
+    mounts("--bind", str(host), str(Path(rootfs) / "data"))
+    os.symlink("/data/key", Path(rootfs) / "nvdev")
+    (Path(rootfs) / "own").write_text("x")
+    with Root(rootfs) as root:
+        with pytest.raises(ContainerError, match=r"refusing to change the mode of /nvdev .* it is on a volume"):
+            chmod_paths(root, 0o755, ["/nvdev"])
+        chmod_paths(root, 0o755, ["/own"])
+    assert os.stat(host / "key").st_mode & 0o777 == 0o600
+    assert os.stat(Path(rootfs) / "own").st_mode & 0o777 == 0o755

@@ -138,7 +138,7 @@ class Root:
             self._root_path = os.readlink(f"../self/fd/{self.fd}", dir_fd=self.proc_dir())
         return not _mounted_outside(self._mounts, dev, self._root_path)
 
-    def _creatable(self, dir_fd: int, path: str) -> None:
+    def _creatable(self, dir_fd: int, path: str, what: str = "create") -> None:
         """Refuse to create (or replace) anything in a directory outside the image's own
         filesystem: as host root we could write where the container's user cannot, into a
         volume shared with the host or other containers (an image symlink leads there)."""
@@ -148,7 +148,8 @@ class Root:
             raise ContainerError(f"{path} in container root {self.path}: cannot tell which mount its directory "
                                  f"is on ({e.strerror})") from None
         if not own:
-            raise ContainerError(f"refusing to create {path} in container root {self.path}: its directory is on a "
+            where = "its directory is" if what == "create" else "it is"
+            raise ContainerError(f"refusing to {what} {path} in container root {self.path}: {where} on a "
                                  "volume, not the image's own filesystem (an image symlink into a bind mount?)")
 
     def __enter__(self) -> "Root":
@@ -465,12 +466,15 @@ class Root:
             os.close(pfd)
 
     def chmod(self, path: str, mode: int) -> bool:
-        """chmod the resolved object when its mode differs; EPERM is ignored (as upstream)."""
+        """chmod the resolved object when its mode differs; EPERM is ignored (as upstream).
+        Only on the image's own filesystem (see _creatable): an image symlink must not lead
+        host root to change the modes of a volume's (a host directory's) files."""
         fd = self.open(path)
         try:
             st = os.fstat(fd)
             if stat.S_IMODE(st.st_mode) == mode:
                 return False
+            self._creatable(fd, path, "change the mode of")
             try:
                 os.chmod(f"../self/fd/{fd}", mode, dir_fd=self.proc_dir())
             except PermissionError:
