@@ -518,3 +518,44 @@ def test_chmod_through_an_image_link_into_a_volume_is_refused(rootfs, tmp_path, 
         chmod_paths(root, 0o755, ["/own"])
     assert os.stat(host / "key").st_mode & 0o777 == 0o600
     assert os.stat(Path(rootfs) / "own").st_mode & 0o777 == 0o755
+
+
+def test_shared_tmpfs_volume_after_the_runtime_pivoted(rootfs, tmp_path, mounts, host_gpu):
+    """`configure --pid` after `runc create`: the container's mount table no longer has the
+    host's mounts, so a host tmpfs bound whole at /data looked like the container's own tmpfs
+    there. The host's table, opened before entering the container, still shows it."""
+    import json as _json
+    import uuid
+
+    from hookhelper import load
+    from nct.container.apply import ApplyOptions, apply_edits
+    from nct.errors import ContainerError
+    from realparts import write_bundle, write_edits
+    from test_container_runc import gpu_edits
+
+    if not shutil.which("runc"):
+        pytest.skip("needs runc")
+    shared = tmp_path / "host-shm"
+    shared.mkdir()
+    mounts("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(shared))
+    (shared / "keep").write_text("host data\n")
+    (Path(rootfs) / "data").mkdir()
+    os.symlink("/data", Path(rootfs) / "nvlink")
+    bundle = os.path.dirname(rootfs)
+    write_bundle(bundle, ["sh", "-c", "true"], extra_mounts=[
+        {"destination": "/data", "type": "bind", "source": str(shared), "options": ["rbind", "rw"]}])
+    edits_dict = gpu_edits(host_gpu, lib=False)
+    edits_dict["symlinks"] = [dict(target="libnvidia-ml.so.1", link="/nvlink/libnvidia-ml.so")]
+    edits, _ = load(write_edits(str(tmp_path / "edits.json"), edits_dict))
+    cid = "nct-test-" + uuid.uuid4().hex[:10]
+    try:
+        with open(tmp_path / "out.txt", "w") as f:
+            subprocess.run(["runc", "create", "--bundle", bundle, cid], stdout=f, stderr=f, stdin=subprocess.DEVNULL,
+                           check=True, timeout=60)
+        pid = _json.loads(subprocess.run(["runc", "state", cid], capture_output=True, text=True,
+                                         check=True).stdout)["pid"]
+        with pytest.raises(ContainerError, match=r"refusing to create /nvlink/libnvidia-ml\.so .* on a volume"):
+            apply_edits(edits, rootfs, pid, ApplyOptions())
+    finally:
+        subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
+    assert sorted(os.listdir(shared)) == ["keep"]

@@ -67,9 +67,13 @@ class Root:
     entering the container's mount namespace (where /proc may be the container's own, which
     does not show us); opened from /proc/self when first needed otherwise."""
 
-    def __init__(self, path: str, fd: int | None = None, proc_self: int | None = None):
+    def __init__(self, path: str, fd: int | None = None, proc_self: int | None = None,
+                 host_mounts: tuple[int, str] | None = None):
         self.path = path
         self._proc_self = proc_self if proc_self is not None else -1
+        # (fd of the host's /proc/self/mountinfo opened before entering the container's mount
+        # namespace: it keeps showing the host's table; the rootfs's real path there)
+        self._host_mounts = host_mounts
         self._root_mnt: int | None = None
         self._mounts: dict[int, tuple[str, str, str, str]] = {}
         self._root_path: str | None = None  # the root's path in this mount namespace
@@ -85,6 +89,9 @@ class Root:
         if self._proc_self >= 0:
             os.close(self._proc_self)
             self._proc_self = -1
+        if self._host_mounts is not None:
+            os.close(self._host_mounts[0])
+            self._host_mounts = None
 
     # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
     def proc_dir(self) -> int:
@@ -136,7 +143,16 @@ class Root:
         # memory emptyDir) has mount root "/" too, but is also mounted outside the root
         if self._root_path is None:
             self._root_path = os.readlink(f"../self/fd/{self.fd}", dir_fd=self.proc_dir())
-        return not _mounted_outside(self._mounts, dev, self._root_path)
+        if _mounted_outside(self._mounts, dev, self._root_path):
+            return False
+        if self._host_mounts is None:  # (after a pivot the host's mounts are not in our table)
+            return True
+        fd, host_root = self._host_mounts
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while b := os.read(fd, 1 << 16):
+            chunks.append(b)
+        return not _mounted_outside(_mountinfo_table(b"".join(chunks).decode(errors="replace")), dev, host_root)
 
     def _creatable(self, dir_fd: int, path: str, what: str = "create") -> None:
         """Refuse to create (or replace) anything in a directory outside the image's own
