@@ -559,3 +559,34 @@ def test_shared_tmpfs_volume_after_the_runtime_pivoted(rootfs, tmp_path, mounts,
     finally:
         subprocess.run(["runc", "delete", "-f", cid], capture_output=True)
     assert sorted(os.listdir(shared)) == ["keep"]
+
+
+def test_mount_id_reused_by_a_volume_is_not_the_cached_tmpfs(rootfs, tmp_path, mounts):
+    """Root caches the mount table by mount id. A running container that can mount replaces
+    its /run tmpfs (checked once: the container's own) by a bind of a volume, which takes the
+    freed mount id: the stale entry said "a fresh tmpfs" and nct created in the volume. The
+    entry is re-read when the directory's device is not the one it names."""
+    from nct.container.rootfs import Root
+    from nct.errors import ContainerError
+
+    run = Path(rootfs) / "run"
+    run.mkdir(exist_ok=True)
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    (vol / "keep").write_text("host data\n")
+    mounts("-t", "tmpfs", "tmpfs", str(run))
+    with Root(rootfs) as root:
+        fd = root.open("/run")
+        before = root._mount_id(fd)
+        os.close(fd)
+        root.write_file("/run/first", b"x")
+        subprocess.run(["umount", "-l", str(run)], check=True)
+        mounts("--bind", str(vol), str(run))
+        fd = root.open("/run")
+        after = root._mount_id(fd)
+        os.close(fd)
+        if after != before:
+            pytest.skip("the kernel did not reuse the mount id")
+        with pytest.raises(ContainerError, match="on a volume"):
+            root.write_file("/run/second", b"x")
+    assert sorted(os.listdir(vol)) == ["keep"]

@@ -134,7 +134,11 @@ class Root:
         mnt = self._mount_id(dir_fd)
         if mnt == self._root_mnt:
             return True
-        if mnt not in self._mounts:
+        dev = os.fstat(dir_fd).st_dev
+        entry = self._mounts.get(mnt)
+        if entry is None or entry[2] != f"{os.major(dev)}:{os.minor(dev)}":
+            # not seen, or a stale entry: mount ids are reused, and a container that can mount
+            # may have put a volume where a tmpfs we looked at was
             self._mounts = _mountinfo_table(self._proc("mountinfo"))
         mount_root, fstype, dev, _ = self._mounts.get(mnt, ("?", "?", "?", "?"))
         if fstype != "tmpfs" or mount_root != "/":
