@@ -434,14 +434,13 @@ def _open_mount_point(point: str) -> int:
         raise
 
 
-def _seal_mounts_mount2(top: str) -> None:
+def _seal_mounts_mount2(top: str, root: Root) -> None:
     """mount(2) fallback for SEALED_ATTRS (no mount_setattr: Linux < 5.12): remount every
     mount at or below `top` (our private copies), keeping its other flags, and check each.
     Mounts below the root are made read-only as well: ldconfig, as host root, must not
     write into a volume (a bind mount a non-root container user may not be able to write)
     through an image symlink; the image's own filesystem is the root mount."""
-    with open("/proc/self/mountinfo") as f:
-        text = f.read()
+    text = root._proc("mountinfo")  # through the host procfs fd: not whatever /proc is here
     keep_mask = sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     for point in mounts_at_or_below(text, top):
         try:
@@ -489,9 +488,9 @@ def _sealed_root(root: Root) -> int:
                 os.close(tree)
                 raise
         else:
-            real = os.readlink(sc.fd_path(fd))  # its name in this namespace, symlinks resolved
+            real = os.readlink(f"../self/fd/{fd}", dir_fd=root.proc_dir())  # its name here, symlinks resolved
             sc.mount(sc.fd_path(fd), sc.fd_path(fd), None, sc.MS_BIND | sc.MS_REC)
-            _seal_mounts_mount2(real)
+            _seal_mounts_mount2(real, root)
             tree = os.open(real, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             st = os.fstat(tree)
             if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
