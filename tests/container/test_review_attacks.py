@@ -590,3 +590,31 @@ def test_mount_id_reused_by_a_volume_is_not_the_cached_tmpfs(rootfs, tmp_path, m
         with pytest.raises(ContainerError, match="on a volume"):
             root.write_file("/run/second", b"x")
     assert sorted(os.listdir(vol)) == ["keep"]
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_volume_at_an_oddly_named_mount_point_is_sealed(image, scratch_disk, oldkernel_bin, tmp_path, mounts, kernel):
+    """Mount points are read from mountinfo on old kernels: spaces, a newline, a backslash
+    and " - " in the name (escaped there as \\040, \\012, \\134) must still name the mount, or
+    it would keep device nodes in ldconfig's view. A lib link leads into the volume."""
+    from e2e.scratchdisk import EVIL_LIB, LIBDIR
+
+    odd = "odd dir\n - x\\040y\tz"
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    os.mknod(vol / "disk-node", 0o60666, scratch_disk.rdev)
+    (Path(image) / odd).mkdir()
+    mounts("--bind", str(vol), str(Path(image) / odd))
+    link = Path(image) / LIBDIR / EVIL_LIB
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(f"/{odd}/disk-node", link)
+    watch = OpenWatch()
+    watch.add(vol / "disk-node")
+    try:
+        res = run_ldconfig(image, jail=1, kernel=kernel, oldkernel_bin=oldkernel_bin, disable="jail")
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert opened == [] and scratch_disk.unchanged()
+    assert cache_lists(image, "libnctgood.so.1")
