@@ -618,3 +618,50 @@ def test_volume_at_an_oddly_named_mount_point_is_sealed(image, scratch_disk, old
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert opened == [] and scratch_disk.unchanged()
     assert cache_lists(image, "libnctgood.so.1")
+
+
+def _jails(cgroup_dir: str) -> set[str]:
+    return {n for n in os.listdir(cgroup_dir) if n.startswith("nct-ldconfig-")}
+
+
+def test_jail_left_by_a_killed_hook_is_swept_later(image):
+    """A hook SIGKILLed while ldconfig runs (blocked on a FIFO in its configuration) cannot
+    remove its jail; ldconfig dies with it (parent-death signal), the jail is left empty, and
+    a later run removes it once it is older than a jail can live (JAIL_STALE_S; 0 here), never
+    one in use. The jail is a child of the hook's own cgroup, not the container's."""
+    import signal
+    import sys
+    import time
+
+    from nct.container import cgroups as cg
+
+    v1, _ = cg.find_device_cgroups(os.getpid())
+    if v1 is None:
+        pytest.skip("no cgroup v1 devices hierarchy")
+    before = _jails(v1)
+    os.makedirs(os.path.join(image, "etc/ld.so.conf.d"), exist_ok=True)
+    os.mkfifo(os.path.join(image, "etc/ld.so.conf"))
+    code = (f"from nct.container import cgroups, ldconfig as L\nfrom nct.container.rootfs import Root\n"
+            f"cgroups.JAIL_VERSIONS = (1,)\nL.run_ldconfig(Root({image!r}), [], write_conf=False)\n")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    hook = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not _jails(v1) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _jails(v1) - before
+    assert len(left) == 1, "no jail was made"
+    time.sleep(0.5)  # ldconfig is in it now, blocked on the FIFO
+    hook.send_signal(signal.SIGKILL)
+    hook.wait()
+    jail = os.path.join(v1, left.pop())
+    while time.monotonic() < deadline:  # ldconfig and its parent die of their parent-death signal
+        with open(os.path.join(jail, "cgroup.procs")) as f:
+            if not f.read().strip():
+                break
+        time.sleep(0.05)
+    assert os.path.isdir(jail)
+    os.unlink(os.path.join(image, "etc/ld.so.conf"))
+    res = _run_with(image, "cgroups.JAIL_STALE_S = 0\n", jail=1)
+    assert res.stdout.strip() == "OK", res.stdout + res.stderr
+    assert not os.path.exists(jail), "the leftover jail was not swept"
+    assert _jails(v1) - before == set()
