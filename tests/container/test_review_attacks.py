@@ -665,3 +665,67 @@ def test_jail_left_by_a_killed_hook_is_swept_later(image):
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert not os.path.exists(jail), "the leftover jail was not swept"
     assert _jails(v1) - before == set()
+
+
+PAUSE_AFTER_SEALING = """
+import time as _time
+_orig_detach = L._detach_kernel_mounts
+def _paused(proc):  # in ldconfig's child, pivoted into the sealed copy: wait for the test
+    _orig_detach(proc)
+    open("/ready", "w").close()
+    for _ in range(400):
+        if os.path.exists("/go"):
+            break
+        _time.sleep(0.05)
+L._detach_kernel_mounts = _paused
+"""
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_mount_made_after_the_copy_does_not_reach_ldconfig(image, scratch_disk, oldkernel_bin, tmp_path, mounts,
+                                                          kernel):
+    """The container root is a shared mount (a running container's namespace, or the host's,
+    with shared propagation). After ldconfig's copy is made, a volume holding a disk node is
+    mounted in the root (a container racing `configure --pid`). The child made its namespace
+    private before copying, so nothing propagates into ldconfig's view: /late stays the
+    image's empty directory there."""
+    import sys
+    import time
+
+    from e2e.scratchdisk import EVIL_LIB
+    from test_devnodes import CLEAN_ENV, NO_JAIL
+
+    mounts("--bind", image, image)
+    subprocess.run(["mount", "--make-rshared", image], check=True)
+    vol = tmp_path / "volume"
+    vol.mkdir()
+    os.mknod(vol / "disk-node", 0o60666, scratch_disk.rdev)
+    os.symlink("disk-node", vol / EVIL_LIB)
+    (Path(image) / "late").mkdir()
+    (Path(image) / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+    (Path(image) / "etc/ld.so.conf.d/late.conf").write_text("/late\n")
+    code = ("import os\nfrom nct.container import cgroups, ldconfig as L\nfrom nct.container.rootfs import Root\n"
+            + PAUSE_AFTER_SEALING + NO_JAIL
+            + f"L.run_ldconfig(Root({image!r}), [], write_conf=False)\nprint('OK')\n")
+    env = dict(CLEAN_ENV, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    prefix = [oldkernel_bin] if kernel == "old" else []
+    watch = OpenWatch()
+    watch.add(vol / "disk-node")
+    proc = subprocess.Popen([*prefix, sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (Path(image) / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert (Path(image) / "ready").exists(), proc.communicate(timeout=30)
+        mounts("--bind", str(vol), str(Path(image) / "late"))
+        assert (Path(image) / "late" / EVIL_LIB).is_symlink()  # the host's (and any peer's) view has it
+        (Path(image) / "go").touch()
+        out, err = proc.communicate(timeout=60)
+        opened = watch.opened()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        watch.close()
+    assert out.strip() == "OK", out + err
+    assert opened == [] and scratch_disk.unchanged()
