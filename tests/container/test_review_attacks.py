@@ -729,3 +729,24 @@ def test_mount_made_after_the_copy_does_not_reach_ldconfig(image, scratch_disk, 
         watch.close()
     assert out.strip() == "OK", out + err
     assert opened == [] and scratch_disk.unchanged()
+
+
+def test_bind_of_the_roots_own_filesystem_is_a_volume(rootfs, tmp_path, mounts):
+    """A bind mount of another directory of the same filesystem (same st_dev as the root:
+    here a host directory next to the rootfs) is told apart by its mount id, not its device:
+    nothing is created through an image link into it."""
+    from nct.container.rootfs import Root
+    from nct.errors import ContainerError
+
+    host = tmp_path / "same-fs-dir"
+    host.mkdir()
+    assert os.stat(host).st_dev == os.stat(rootfs).st_dev
+    (Path(rootfs) / "data").mkdir()
+    mounts("--bind", str(host), str(Path(rootfs) / "data"))
+    os.symlink("/data", Path(rootfs) / "nvlib")
+    with Root(rootfs) as root:
+        with pytest.raises(ContainerError, match="on a volume"):
+            root.mkdirs("/nvlib/sub")
+        with pytest.raises(ContainerError, match="on a volume"):
+            root.mknod("/nvlib/nvidia0", 0o20666, 195, 0)
+    assert os.listdir(host) == []
