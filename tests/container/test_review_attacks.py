@@ -696,7 +696,10 @@ def test_mount_made_after_the_copy_does_not_reach_ldconfig(image, scratch_disk, 
     from test_devnodes import CLEAN_ENV, NO_JAIL
 
     mounts("--bind", image, image)
-    subprocess.run(["mount", "--make-rshared", image], check=True)
+    # a peer group of its own (private first: not a peer of the host's / mount, where the
+    # volume below would propagate to and outlive the test)
+    subprocess.run(["mount", "--make-private", image], check=True)
+    subprocess.run(["mount", "--make-shared", image], check=True)
     vol = tmp_path / "volume"
     vol.mkdir()
     os.mknod(vol / "disk-node", 0o60666, scratch_disk.rdev)
