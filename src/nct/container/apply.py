@@ -226,8 +226,14 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
     except OSError as e:
         raise ContainerError(f"container pid {pid}: {e.strerror}") from None
     proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # ours, for Root's mount checks
+    # the host's mount table, for Root's volume checks: an open mountinfo keeps showing the
+    # namespace it was opened in (after a pivot the container's table lacks the host's mounts)
+    host_mounts = (os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC), os.path.realpath(rootfs))
     try:
         sc.setns(nsfd, sc.CLONE_NEWNS, f"mount namespace of pid {pid}")
+    except BaseException:
+        os.close(host_mounts[0])
+        raise
     finally:
         os.close(nsfd)
     for candidate in (rootfs, "/"):
@@ -237,8 +243,10 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
             continue
         if (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino):
             if candidate == "/" and not sc.new_mount_api():
+                os.close(host_mounts[0])
                 raise ContainerError(PIVOTED)
-            return Root(candidate, proc_self=proc_self)
+            return Root(candidate, proc_self=proc_self, host_mounts=host_mounts)
+    os.close(host_mounts[0])
     raise ContainerError(f"rootfs {rootfs} not found in the mount namespace of pid {pid}")
 
 

@@ -30,7 +30,7 @@ import time
 
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
-from nct.container.rootfs import Root, open_regular
+from nct.container.rootfs import Root, _unescape, open_regular
 from nct.errors import ContainerError
 from nct.limits import shown
 from nct.sigreset import default_signals
@@ -352,6 +352,66 @@ def update_musl_path(root: Root, folders: list[str]) -> bool:
     return True
 
 
+# Kernel filesystems that lead out of the root or to host state: a procfs anywhere in the
+# root (`-v /proc:/host/proc`) has /proc/PID/root and fd magic links into any host process
+# ldconfig may ptrace (uid 0, capabilities a subset of its own), whose root mount is
+# writable; sysfs, cgroupfs, debugfs... expose host state. ldconfig reads libraries only.
+KERNEL_FS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "bpf", "configfs",
+    "efivarfs", "pstore", "binfmt_misc", "fusectl", "nsfs", "mqueue", "devpts", "devtmpfs",
+    "hugetlbfs", "selinuxfs", "rpc_pipefs", "nfsd"})
+_DETACH_ROUNDS = 8
+
+
+def _mnt_id(proc: int, fd: int) -> int | None:
+    with open(f"../self/fdinfo/{fd}", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, dir_fd=proc)) as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    return None
+
+
+def _detach_kernel_mounts(proc: int) -> None:
+    """After pivoting into the sealed copy: detach every kernel filesystem mount (KERNEL_FS)
+    reachable in it. `proc` is a directory fd in the host's procfs (opened before entering
+    the container's mount namespace, whose /proc may be the container's own); our own
+    mountinfo and fdinfo are read through it. A mount is detached only when the path
+    resolves to it (not to something mounted over it); repeated until none is left, else
+    ldconfig does not run (fails closed)."""
+    for _ in range(_DETACH_ROUNDS):
+        with open("../self/mountinfo", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, dir_fd=proc)) as f:
+            text = f.read()
+        found = False
+        for line in text.splitlines():
+            left, _, right = line.partition(" - ")
+            fields = left.split(" ")
+            if len(fields) < 5 or not right or right.split(" ")[0] not in KERNEL_FS:
+                continue
+            point = _unescape(fields[4])
+            if point == "/":
+                raise ContainerError(f"ldconfig's view of the container root is a {right.split(' ')[0]} mount")
+            try:
+                fd = _open_mount_point(point)
+            except OSError:
+                continue  # gone (below a mount detached already) or hidden below another mount
+            try:
+                if _mnt_id(proc, fd) != int(fields[0]):
+                    continue  # something else is mounted over it: that hides it
+                parent = _open_mount_point(point.rsplit("/", 1)[0] or "/")
+            finally:
+                os.close(fd)
+            try:
+                os.fchdir(parent)
+                sc.umount2(point.rsplit("/", 1)[1], sc.MNT_DETACH | sc.UMOUNT_NOFOLLOW)
+            finally:
+                os.close(parent)
+                os.chdir("/")
+            found = True
+        if not found:
+            return
+    raise ContainerError("cannot detach the kernel filesystems mounted in the container root from ldconfig's view")
+
+
 def _hide(path: str) -> None:
     """Read-only empty tmpfs over a real directory (not a symlink) of the new root."""
     try:
@@ -370,21 +430,6 @@ def _hide(path: str) -> None:
 SEALED_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path field: octal escapes (\\040 for a space...) decoded."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
     """Mount points in a mountinfo text that are `top` or lie below it, shallowest first."""
     top = top.rstrip("/") or "/"
@@ -401,20 +446,37 @@ def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
     return points
 
 
-def _seal_mounts_mount2(top: str) -> None:
+def _open_mount_point(point: str) -> int:
+    """O_PATH fd of an absolute mount point from mountinfo, opened one component at a time
+    (O_NOFOLLOW, each relative to its parent): a volume's host path may be longer than
+    PATH_MAX (a deep `VOLUME` in the image), which a single open() refuses (ENAMETOOLONG)."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for comp in (c for c in point.split("/") if c):
+            nxt = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _seal_mounts_mount2(top: str, root: Root) -> None:
     """mount(2) fallback for SEALED_ATTRS (no mount_setattr: Linux < 5.12): remount every
     mount at or below `top` (our private copies), keeping its other flags, and check each.
     Mounts below the root are made read-only as well: ldconfig, as host root, must not
     write into a volume (a bind mount a non-root container user may not be able to write)
     through an image symlink; the image's own filesystem is the root mount."""
-    with open("/proc/self/mountinfo") as f:
-        text = f.read()
+    text = root._proc("mountinfo")  # through the host procfs fd: not whatever /proc is here
     keep_mask = sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     for point in mounts_at_or_below(text, top):
         try:
-            fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # overmounted or gone: not reachable from the root either
+            fd = _open_mount_point(point)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # below an overmount or gone: not reachable from the root either
+        except OSError as e:  # fail closed: a mount we cannot seal must not stay in the view
+            raise ContainerError(f"nodev view of {point[:200]}: {e.strerror}") from None
         try:
             keep = os.fstatvfs(fd).f_flag & keep_mask
             if point.rstrip("/") != top.rstrip("/"):
@@ -454,9 +516,9 @@ def _sealed_root(root: Root) -> int:
                 os.close(tree)
                 raise
         else:
-            real = os.readlink(sc.fd_path(fd))  # its name in this namespace, symlinks resolved
+            real = os.readlink(f"../self/fd/{fd}", dir_fd=root.proc_dir())  # its name here, symlinks resolved
             sc.mount(sc.fd_path(fd), sc.fd_path(fd), None, sc.MS_BIND | sc.MS_REC)
-            _seal_mounts_mount2(real)
+            _seal_mounts_mount2(real, root)
             tree = os.open(real, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             st = os.fstat(tree)
             if (st.st_dev, st.st_ino) != (want.st_dev, want.st_ino):
@@ -568,6 +630,7 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
     if jail.problem:  # the nodev view below still keeps devices out; say what is missing
         os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
     pid = os.fork()
     if pid == 0:  # child: never returns
         code = 127
@@ -588,9 +651,11 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({root.fd} | ({exe_fd} if exe_fd is not None else set()))
+            sc.close_fds_except({root.fd, proc} | ({exe_fd} if exe_fd is not None else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(root, no_pivot)
+            _detach_kernel_mounts(proc)
+            os.close(proc)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
             # No host network, IPC, hostname or processes; then only the capabilities ldconfig needs.

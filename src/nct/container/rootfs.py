@@ -27,14 +27,30 @@ def _comps(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
 
 
-def _mountinfo_table(text: str) -> dict[int, tuple[str, str]]:
-    """mount id -> (root of the mount within its filesystem, filesystem type)."""
+def _unescape(field: str) -> str:
+    """A mountinfo path field with its octal escapes (\\040 for a space...) decoded."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _mountinfo_table(text: str) -> dict[int, tuple[str, str, str, str]]:
+    """mount id -> (root of the mount within its filesystem, filesystem type, device
+    "major:minor", mount point)."""
     table = {}
     for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(" "), right.split(" ")
         if len(fields) >= 5 and rfields and fields[0].isdigit():
-            table[int(fields[0])] = (fields[3], rfields[0])
+            table[int(fields[0])] = (fields[3], rfields[0], fields[2], _unescape(fields[4]))
     return table
 
 
@@ -46,6 +62,12 @@ def _no_nul(path: str, root: str) -> None:
         raise ContainerError(f"{path.split(chr(0), 1)[0]}...: a path with a NUL byte in container root {root}")
 
 
+def _mounted_outside(mounts: dict[int, tuple[str, str, str, str]], dev: str, top: str) -> bool:
+    """Whether filesystem `dev` is mounted anywhere not at or below path `top`."""
+    prefix = top.rstrip("/") + "/"
+    return any(d == dev and not (p == top or p.startswith(prefix)) for _, _, d, p in mounts.values())
+
+
 class Root:
     """An open container root directory. Close it (or use `with`) when done.
 
@@ -53,11 +75,16 @@ class Root:
     entering the container's mount namespace (where /proc may be the container's own, which
     does not show us); opened from /proc/self when first needed otherwise."""
 
-    def __init__(self, path: str, fd: int | None = None, proc_self: int | None = None):
+    def __init__(self, path: str, fd: int | None = None, proc_self: int | None = None,
+                 host_mounts: tuple[int, str] | None = None):
         self.path = path
         self._proc_self = proc_self if proc_self is not None else -1
+        # (fd of the host's /proc/self/mountinfo opened before entering the container's mount
+        # namespace: it keeps showing the host's table; the rootfs's real path there)
+        self._host_mounts = host_mounts
         self._root_mnt: int | None = None
-        self._mounts: dict[int, tuple[str, str]] = {}
+        self._mounts: dict[int, tuple[str, str, str, str]] = {}
+        self._root_path: str | None = None  # the root's path in this mount namespace
         try:
             self.fd = fd if fd is not None else os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as e:
@@ -70,12 +97,26 @@ class Root:
         if self._proc_self >= 0:
             os.close(self._proc_self)
             self._proc_self = -1
+        if self._host_mounts is not None:
+            os.close(self._host_mounts[0])
+            self._host_mounts = None
 
     # ---- the image's own filesystem (issue 9 §5) --------------------------------------------
-    def _proc(self, name: str) -> str:
+    def proc_dir(self) -> int:
+        """An O_PATH fd of a process directory in the host's procfs (see `proc_self`); callers
+        name files as "../self/...": the process that reads, even after a fork."""
         if self._proc_self < 0:
             self._proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self._proc_self)
+        return self._proc_self
+
+    def reopen(self, fd: int, flags: int) -> int:
+        """Re-open the object of (O_PATH) fd `fd` with `flags` through its magic link in our
+        procfs, never through the path "/proc/self/fd/N": inside a container's mount
+        namespace that /proc is the container's, and may name anything."""
+        return os.open(f"../self/fd/{fd}", flags | os.O_CLOEXEC, dir_fd=self.proc_dir())
+
+    def _proc(self, name: str) -> str:
+        fd = os.open(f"../self/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_dir())
         try:
             chunks = []
             while True:
@@ -101,12 +142,31 @@ class Root:
         mnt = self._mount_id(dir_fd)
         if mnt == self._root_mnt:
             return True
-        if mnt not in self._mounts:
+        dev = os.fstat(dir_fd).st_dev
+        entry = self._mounts.get(mnt)
+        if entry is None or entry[2] != f"{os.major(dev)}:{os.minor(dev)}":
+            # not seen, or a stale entry: mount ids are reused, and a container that can mount
+            # may have put a volume where a tmpfs we looked at was
             self._mounts = _mountinfo_table(self._proc("mountinfo"))
-        mount_root, fstype = self._mounts.get(mnt, ("?", "?"))
-        return fstype == "tmpfs" and mount_root == "/"
+        mount_root, fstype, dev, _ = self._mounts.get(mnt, ("?", "?", "?", "?"))
+        if fstype != "tmpfs" or mount_root != "/":
+            return False
+        # a host tmpfs bound whole (`-v /dev/shm:/x`, a tmpfs named volume, a pod's
+        # memory emptyDir) has mount root "/" too, but is also mounted outside the root
+        if self._root_path is None:
+            self._root_path = os.readlink(f"../self/fd/{self.fd}", dir_fd=self.proc_dir())
+        if _mounted_outside(self._mounts, dev, self._root_path):
+            return False
+        if self._host_mounts is None:  # (after a pivot the host's mounts are not in our table)
+            return True
+        fd, host_root = self._host_mounts
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while b := os.read(fd, 1 << 16):
+            chunks.append(b)
+        return not _mounted_outside(_mountinfo_table(b"".join(chunks).decode(errors="replace")), dev, host_root)
 
-    def _creatable(self, dir_fd: int, path: str) -> None:
+    def _creatable(self, dir_fd: int, path: str, what: str = "create") -> None:
         """Refuse to create (or replace) anything in a directory outside the image's own
         filesystem: as host root we could write where the container's user cannot, into a
         volume shared with the host or other containers (an image symlink leads there)."""
@@ -116,7 +176,8 @@ class Root:
             raise ContainerError(f"{path} in container root {self.path}: cannot tell which mount its directory "
                                  f"is on ({e.strerror})") from None
         if not own:
-            raise ContainerError(f"refusing to create {path} in container root {self.path}: its directory is on a "
+            where = "its directory is" if what == "create" else "it is"
+            raise ContainerError(f"refusing to {what} {path} in container root {self.path}: {where} on a "
                                  "volume, not the image's own filesystem (an image symlink into a bind mount?)")
 
     def __enter__(self) -> "Root":
@@ -217,7 +278,7 @@ class Root:
                 raise ContainerError(f"{path} in container root {self.path}: not a directory")
             return fd
         try:  # re-open the resolved object with the wanted flags, without a path lookup
-            return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC)
+            return self.reopen(fd, flags)
         except OSError as e:
             raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
         finally:
@@ -233,7 +294,7 @@ class Root:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ContainerError(f"{path} in container root {self.path}: not a regular file")
-            return os.open(sc.fd_path(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            return self.reopen(fd, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as e:
             raise ContainerError(f"{path} in container root {self.path}: {e.strerror}") from None
         finally:
@@ -435,14 +496,17 @@ class Root:
             os.close(pfd)
 
     def chmod(self, path: str, mode: int) -> bool:
-        """chmod the resolved object when its mode differs; EPERM is ignored (as upstream)."""
+        """chmod the resolved object when its mode differs; EPERM is ignored (as upstream).
+        Only on the image's own filesystem (see _creatable): an image symlink must not lead
+        host root to change the modes of a volume's (a host directory's) files."""
         fd = self.open(path)
         try:
             st = os.fstat(fd)
             if stat.S_IMODE(st.st_mode) == mode:
                 return False
+            self._creatable(fd, path, "change the mode of")
             try:
-                os.chmod(f"/proc/self/fd/{fd}", mode)
+                os.chmod(f"../self/fd/{fd}", mode, dir_fd=self.proc_dir())
             except PermissionError:
                 return False
             except OSError as e:
