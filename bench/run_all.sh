@@ -11,3 +11,8 @@ PY=${PYTHON:-python3}
 "$PY" bench/cdi_bench.py
 "$PY" bench/nvml_bench.py
 "$PY" bench/limits_bench.py
+"$PY" bench/ldconf_bench.py
+tk=$(mktemp -d /tmp/nct-bench-toolkit.XXXXXX)
+trap 'rm -rf "$tk"' EXIT
+"$PY" packaging/toolkit/assemble.py --out "$tk/tree" >/dev/null
+"$PY" bench/toolkit_startup.py --toolkit "$tk/tree"
