@@ -82,7 +82,7 @@ exec /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONHOME=/usr PYTHONPA
 
 def test_toolkit_in_debian11_root_ignores_its_python39(toolkit, tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespace, overlayfs, chroot)")
+        pytest.skip("needs root (mount namespace, overlayfs, pivot_root)")
     lower = debian11_root()
     node = tmp_path / "node"
     subprocess.run([str(Path(sys.executable).parent / "nct"), "sim", "create", str(node), "--gpus", "2"],
@@ -119,7 +119,7 @@ echo "trap log: $(wc -l < /trap.log) lines"
     assert not (tmp_path / "upper/usr/local/nvidia/toolkit/python").exists()  # --uninstall removed it
 
 
-# Runs in the chroot, inside the installed toolkit's own `nct sim run /node` (the node at the
+# Runs in the Debian 11 root, inside the installed toolkit's own `nct sim run /node` (the node at the
 # real paths): one container through the shim in jit-cdi mode, one through the root's runc with
 # the legacy prestart hook in its spec (the hook refuses to run unless the mode is legacy, as
 # upstream's does).  Each prints SCRIPT's sections to /out/CASE.out.
@@ -144,7 +144,7 @@ def test_gpu_containers_run_in_debian11_root_through_installed_toolkit(toolkit, 
     """Everything runs in bullseye (glibc 2.31): the toolkit's own `nct sim run`, bullseye's
     runc 1.0.0~rc93, the shim (jit-cdi, low-level runtime = that runc) and the legacy hook."""
     if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespace, overlayfs, chroot, runc)")
+        pytest.skip("needs root (mount namespace, overlayfs, pivot_root, runc)")
     from e2e import rootfs as R
     from e2e.harness import mounts_under
     from e2e.test_runc_hook import SCRIPT, assert_driver, gpu_nodes, sections, smi_line
