@@ -23,6 +23,9 @@ PROFILE=cpython-${PYVER}-pgo-profile.tar.xz   # the .gcda files of a PGO=train r
 PGO=${PGO:-1}
 export SOURCE_DATE_EPOCH=1700000000 LC_ALL=C TZ=UTC
 
+case "$PGO" in 0|1|train) ;; *) echo "build_runtime.sh: PGO must be 0, 1 or train, not '$PGO'" >&2; exit 1 ;; esac
+[ "$PGO" != 1 ] || [ -f "$HERE/prebuilt/$PROFILE" ] || {
+    echo "build_runtime.sh: no prebuilt/$PROFILE: run PGO=train first (or PGO=0)" >&2; exit 1; }
 [ "$(uname -m)" = x86_64 ] || { echo "build_runtime.sh: only x86_64 is supported (see docs/toolkit.md)" >&2; exit 1; }
 if [ ! -x "$ROOT/usr/bin/gcc" ]; then
     rm -rf "$ROOT.tmp"
@@ -50,11 +53,8 @@ train)  # what the training runs: nct's hot paths from this checkout, the defaul
     find "$ROOT/build/nct-src" -name __pycache__ -prune -exec rm -rf {} +
     cp "$HERE/../../config/config.toml" "$ROOT/build/nct-src/config.toml" ;;
 1)
-    [ -f "$HERE/prebuilt/$PROFILE" ] || { echo "build_runtime.sh: no prebuilt/$PROFILE: run PGO=train first (or PGO=0)" >&2; exit 1; }
     (cd "$HERE/prebuilt" && sha256sum -c --quiet "$PROFILE.sha256")
     xz -dc "$HERE/prebuilt/$PROFILE" > "$ROOT/build/pgo-profile.tar" ;;
-0) ;;
-*) echo "build_runtime.sh: PGO must be 0, 1 or train, not '$PGO'" >&2; exit 1 ;;
 esac
 chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH \
     LC_ALL=C TZ=UTC PYVER=$PYVER JOBS="${JOBS:-$(nproc)}" PGO="$PGO" LTO="${LTO:-1}" /bin/bash /build/inner.sh
