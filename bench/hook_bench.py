@@ -7,9 +7,10 @@ and NVIDIA_VISIBLE_DEVICES=all (all 8 GPUs, compute+utility: ~40 mounts and an l
 run), reading the default config.toml as on an installed node. Prints the medians, the added milliseconds and the ratio; saves to
 bench/results/hook.json (a list, newest last) and prints the ratio to the previous entry.
 runc runs inside `nct sim run NODE` (one namespace for all runs), as in the e2e tests.
-Needs root, runc, gcc and busybox-static.
+Needs root, runc, gcc and busybox-static.  --toolkit DIR (repeatable) adds the same GPU
+container through an assembled toolkit's hook launcher (packaging/toolkit/assemble.py).
 
-    python bench/hook_bench.py [--runs 30] [--gpus 8] [--no-save]
+    python bench/hook_bench.py [--runs 30] [--gpus 8] [--toolkit DIR ...] [--no-save]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def installed_launcher(base: str) -> str:
     return path
 
 
-def _bundles(base: str) -> dict[str, str]:
+def _bundles(base: str, toolkits: list[str]) -> dict[str, str]:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from pathlib import Path
 
@@ -67,6 +68,9 @@ def _bundles(base: str) -> dict[str, str]:
         ("plain", None, []),
         ("gpu", {"prestart": [{"path": HOOK, "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"]),
         ("gpu_installed", {"prestart": [{"path": installed, "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"]),
+        *((f"gpu_toolkit{i}", {"prestart": [{"path": os.path.join(os.path.abspath(tk), "nvidia-container-runtime-hook"),
+                                             "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"])
+          for i, tk in enumerate(toolkits)),
     ):
         b = Path(base) / name
         rootfs = R.make_rootfs(b / "rootfs")
@@ -100,6 +104,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--toolkit", action="append", default=[], help="an assembled toolkit tree (repeatable)")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--inner", help=argparse.SUPPRESS)
     opts = ap.parse_args()
@@ -117,7 +122,7 @@ def main() -> int:
         # a node's driver files are not brand new: the host caches skip files modified in
         # the last seconds (nct.hostcache.RACY_SECONDS), so wait that out before timing
         time.sleep(2.5)
-        bundles = _bundles(base)
+        bundles = _bundles(base, opts.toolkit)
         r = subprocess.run([os.path.join(BIN, "nct"), "sim", "run", node, "--", sys.executable, __file__,
                             "--runs", str(opts.runs), "--inner", json.dumps(bundles)], capture_output=True, text=True)
         if r.returncode != 0:
@@ -138,6 +143,10 @@ def main() -> int:
     print(f"  added          {now['added_ms']:8.1f} ms   ratio {now['ratio']:.2f}")
     print(f"  installed hook {now['installed_gpu_ms']:8.1f} ms   (python -IS wrapper, as nct install / the .deb)")
     print(f"  added          {now['installed_added_ms']:8.1f} ms   ratio {now['installed_ratio']:.2f}")
+    for i, tk in enumerate(opts.toolkit):
+        med = statistics.median(times[f"gpu_toolkit{i}"])
+        now[f"toolkit{i}_gpu_ms"] = round(med, 1)
+        print(f"  toolkit hook   {med:8.1f} ms   added {med - plain:.1f} ms  ({tk})")
     history = resultlog.load("hook")
     if history:
         prev = history[-1]["results"]
