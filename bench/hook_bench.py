@@ -36,7 +36,7 @@ BIN = os.path.dirname(sys.executable)
 HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
 
 
-def installed_launcher(base: str) -> str:
+def installed_launcher(base: str, python: str) -> str:
     """The hook as `nct install` and the Debian package install it: a `python -IS` wrapper
     (nct.engines.bundle.WRAPPER) instead of pip's console-script wrapper."""
     import sysconfig
@@ -46,7 +46,7 @@ def installed_launcher(base: str) -> str:
 
     path = os.path.join(base, "nvidia-container-runtime-hook")
     with open(path, "w") as f:
-        f.write(WRAPPER.format(python=sys.executable, name="nvidia-container-runtime-hook",
+        f.write(WRAPPER.format(python=python, name="nvidia-container-runtime-hook",
                                lib=os.path.dirname(os.path.dirname(nct.__file__)),
                                env=f"sys.path.append({sysconfig.get_paths()['purelib']!r})\n",
                                module="nct.hook.main", func="main"))
@@ -54,13 +54,13 @@ def installed_launcher(base: str) -> str:
     return path
 
 
-def _bundles(base: str, toolkits: list[str]) -> dict[str, str]:
+def _bundles(base: str, toolkits: list[str], python: str) -> dict[str, str]:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from pathlib import Path
 
     from e2e import rootfs as R
 
-    installed = installed_launcher(base)
+    installed = installed_launcher(base, python)
     # the default config.toml, as on an installed node (/etc/nvidia-container-runtime/config.toml)
     args = ["nvidia-container-runtime-hook", "-config", os.path.join(REPO, "config", "config.toml"), "prestart"]
     out = {}
@@ -104,6 +104,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--python", default=sys.executable,
+                    help="interpreter of the installed (python -IS) hook (default: this one; e.g. /usr/bin/python3.11)")
     ap.add_argument("--toolkit", action="append", default=[], help="an assembled toolkit tree (repeatable)")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--inner", help=argparse.SUPPRESS)
@@ -122,7 +124,7 @@ def main() -> int:
         # a node's driver files are not brand new: the host caches skip files modified in
         # the last seconds (nct.hostcache.RACY_SECONDS), so wait that out before timing
         time.sleep(2.5)
-        bundles = _bundles(base, opts.toolkit)
+        bundles = _bundles(base, opts.toolkit, opts.python)
         r = subprocess.run([os.path.join(BIN, "nct"), "sim", "run", node, "--", sys.executable, __file__,
                             "--runs", str(opts.runs), "--inner", json.dumps(bundles)], capture_output=True, text=True)
         if r.returncode != 0:
