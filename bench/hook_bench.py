@@ -7,9 +7,10 @@ and NVIDIA_VISIBLE_DEVICES=all (all 8 GPUs, compute+utility: ~40 mounts and an l
 run), reading the default config.toml as on an installed node. Prints the medians, the added milliseconds and the ratio; saves to
 bench/results/hook.json (a list, newest last) and prints the ratio to the previous entry.
 runc runs inside `nct sim run NODE` (one namespace for all runs), as in the e2e tests.
-Needs root, runc, gcc and busybox-static.
+Needs root, runc, gcc and busybox-static.  --toolkit DIR (repeatable) adds the same GPU
+container through an assembled toolkit's hook launcher (packaging/toolkit/assemble.py).
 
-    python bench/hook_bench.py [--runs 30] [--gpus 8] [--no-save]
+    python bench/hook_bench.py [--runs 30] [--gpus 8] [--toolkit DIR ...] [--no-save]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ BIN = os.path.dirname(sys.executable)
 HOOK = os.path.join(BIN, "nvidia-container-runtime-hook")
 
 
-def installed_launcher(base: str) -> str:
+def installed_launcher(base: str, python: str) -> str:
     """The hook as `nct install` and the Debian package install it: a `python -IS` wrapper
     (nct.engines.bundle.WRAPPER) instead of pip's console-script wrapper."""
     import sysconfig
@@ -45,7 +46,7 @@ def installed_launcher(base: str) -> str:
 
     path = os.path.join(base, "nvidia-container-runtime-hook")
     with open(path, "w") as f:
-        f.write(WRAPPER.format(python=sys.executable, name="nvidia-container-runtime-hook",
+        f.write(WRAPPER.format(python=python, name="nvidia-container-runtime-hook",
                                lib=os.path.dirname(os.path.dirname(nct.__file__)),
                                env=f"sys.path.append({sysconfig.get_paths()['purelib']!r})\n",
                                module="nct.hook.main", func="main"))
@@ -53,13 +54,13 @@ def installed_launcher(base: str) -> str:
     return path
 
 
-def _bundles(base: str) -> dict[str, str]:
+def _bundles(base: str, toolkits: list[str], python: str) -> dict[str, str]:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from pathlib import Path
 
     from e2e import rootfs as R
 
-    installed = installed_launcher(base)
+    installed = installed_launcher(base, python)
     # the default config.toml, as on an installed node (/etc/nvidia-container-runtime/config.toml)
     args = ["nvidia-container-runtime-hook", "-config", os.path.join(REPO, "config", "config.toml"), "prestart"]
     out = {}
@@ -67,6 +68,9 @@ def _bundles(base: str) -> dict[str, str]:
         ("plain", None, []),
         ("gpu", {"prestart": [{"path": HOOK, "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"]),
         ("gpu_installed", {"prestart": [{"path": installed, "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"]),
+        *((f"gpu_toolkit{i}", {"prestart": [{"path": os.path.join(os.path.abspath(tk), "nvidia-container-runtime-hook"),
+                                             "args": args}]}, ["NVIDIA_VISIBLE_DEVICES=all"])
+          for i, tk in enumerate(toolkits)),
     ):
         b = Path(base) / name
         rootfs = R.make_rootfs(b / "rootfs")
@@ -100,6 +104,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--python", default=sys.executable,
+                    help="interpreter of the installed (python -IS) hook (default: this one; e.g. /usr/bin/python3.11)")
+    ap.add_argument("--toolkit", action="append", default=[], help="an assembled toolkit tree (repeatable)")
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--inner", help=argparse.SUPPRESS)
     opts = ap.parse_args()
@@ -117,7 +124,7 @@ def main() -> int:
         # a node's driver files are not brand new: the host caches skip files modified in
         # the last seconds (nct.hostcache.RACY_SECONDS), so wait that out before timing
         time.sleep(2.5)
-        bundles = _bundles(base)
+        bundles = _bundles(base, opts.toolkit, opts.python)
         r = subprocess.run([os.path.join(BIN, "nct"), "sim", "run", node, "--", sys.executable, __file__,
                             "--runs", str(opts.runs), "--inner", json.dumps(bundles)], capture_output=True, text=True)
         if r.returncode != 0:
@@ -138,6 +145,10 @@ def main() -> int:
     print(f"  added          {now['added_ms']:8.1f} ms   ratio {now['ratio']:.2f}")
     print(f"  installed hook {now['installed_gpu_ms']:8.1f} ms   (python -IS wrapper, as nct install / the .deb)")
     print(f"  added          {now['installed_added_ms']:8.1f} ms   ratio {now['installed_ratio']:.2f}")
+    for i, tk in enumerate(opts.toolkit):
+        med = statistics.median(times[f"gpu_toolkit{i}"])
+        now[f"toolkit{i}_gpu_ms"] = round(med, 1)
+        print(f"  toolkit hook   {med:8.1f} ms   added {med - plain:.1f} ms  ({tk})")
     history = resultlog.load("hook")
     if history:
         prev = history[-1]["results"]

@@ -1,18 +1,27 @@
-"""PGO training for the toolkit's CPython (build_runtime.sh, PROFILE_TASK): what the
-toolkit's commands do, in the stdlib only: start an isolated interpreter and import the
-modules nct's hot paths import (from byte-compiled files), read TOML and JSON, match
-regexes, stat and walk paths.  Cheap (seconds), unlike CPython's default test-suite task."""
+"""PGO training for the toolkit's CPython (build_runtime.sh PGO=train, PROFILE_TASK): what the
+toolkit's commands do.  Stdlib work (start an isolated interpreter, import the modules nct's
+paths import, read TOML and JSON, match regexes, stat and walk paths) and, given nct's source
+directory as argv[1], nct's own hot paths started the way the launchers start them
+(`-I -S -c <entry>`): the prestart hook on a bundle that asks for no GPU and on one asking for
+`NVIDIA_VISIBLE_DEVICES=all` (no driver here: it stops at the driver lookup, after the config
+read and the spec parse), and the runtime shim's pass-through `state` (to a stub runc).  Cheap
+(seconds), unlike CPython's default test-suite task.  The profile it leaves is committed
+(prebuilt/*-pgo-profile.tar.xz), so its run-to-run variation does not reach the default build."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 
 IMPORTS = ("import os, sys, json, re, stat, errno, struct, signal, fcntl, typing, enum, functools, "
            "collections, pathlib, subprocess, tomllib, shlex, hashlib, base64, ctypes, argparse, "
            "dataclasses, textwrap, datetime, tempfile, shutil, glob, fnmatch, contextlib, io, zlib")
+# the launchers' -c entry (launcher.c RUN), with the source directory put first on sys.path
+ENTRY = "import sys;del sys.argv[0];sys.path[:0]=[{src!r}];from {mod} import {fn};sys.exit({fn}())"
 
 
 def work() -> None:
@@ -30,8 +39,66 @@ def work() -> None:
                 os.stat(os.path.join(root, f))
 
 
+def _bundle(base: str, name: str, env: list[str]) -> str:
+    """A bundle whose config.json has what a busybox container's has (runc spec's shape)."""
+    bundle = os.path.join(base, name)
+    for d in ("bin", "proc", "sys", "dev", "tmp", "etc"):
+        os.makedirs(os.path.join(bundle, "rootfs", d), exist_ok=True)
+    spec = {"ociVersion": "1.0.2",
+            "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["true"], "cwd": "/",
+                        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                "TERM=xterm", *env],
+                        "capabilities": {k: ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]
+                                         for k in ("bounding", "effective", "permitted", "ambient")},
+                        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+                        "noNewPrivileges": True},
+            "root": {"path": "rootfs", "readonly": True}, "hostname": "runc",
+            "mounts": [{"destination": d, "type": t, "source": t, "options": ["nosuid", "noexec"]}
+                       for d, t in (("/proc", "proc"), ("/dev", "tmpfs"), ("/sys", "sysfs"))],
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+                      "maskedPaths": ["/proc/kcore", "/proc/keys", "/sys/firmware"],
+                      "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/sys"]}}
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(spec, f)
+    return bundle
+
+
+def nct_paths(src: str, rounds: int) -> None:
+    """The hook and the shim's pass-through, as the launchers run them."""
+    base = tempfile.mkdtemp(prefix="pgo-nct-")
+    try:
+        xdg = os.path.join(base, "xdg")
+        os.makedirs(os.path.join(xdg, "nvidia-container-runtime"))
+        config = os.path.join(xdg, "nvidia-container-runtime", "config.toml")
+        shutil.copy(os.path.join(src, "config.toml"), config)
+        stub = os.path.join(base, "bin")
+        os.makedirs(stub)
+        with open(os.path.join(stub, "runc"), "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(os.path.join(stub, "runc"), 0o755)
+        env = {"PATH": f"{stub}:/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME": xdg}
+        hook = ENTRY.format(src=src, mod="nct.hook.main", fn="main")
+        shim = ENTRY.format(src=src, mod="nct.runtime.main", fn="main")
+        runs = []
+        for name, extra in (("plain", []), ("gpu", ["NVIDIA_VISIBLE_DEVICES=all"])):
+            bundle = _bundle(base, name, extra)
+            state = json.dumps({"ociVersion": "1.0.2", "id": name, "pid": os.getpid(), "bundle": bundle,
+                                "status": "creating"}).encode()
+            runs.append(([sys.executable, "-I", "-S", "-c", hook, "nvidia-container-runtime-hook",
+                          "-config", config, "prestart"], state))
+        runs.append(([sys.executable, "-I", "-S", "-c", shim, "nvidia-container-runtime", "--root",
+                      os.path.join(base, "runc-root"), "state", "plain"], None))
+        for _ in range(rounds):
+            for cmd, stdin in runs:
+                subprocess.run(cmd, input=stdin, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=False)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 if __name__ == "__main__":
     work()
-    # -E-less children with a fixed hash seed: the same profile, so the same binary, every build
     for _ in range(30):
         subprocess.run([sys.executable, "-s", "-S", "-c", IMPORTS], env={"PYTHONHASHSEED": "0"}, check=False)
+    if len(sys.argv) > 1:
+        nct_paths(sys.argv[1], 40)

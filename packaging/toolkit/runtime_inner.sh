@@ -6,13 +6,30 @@ set -euo pipefail
 cd /build/Python-$PYVER
 P=/out/python
 # A static libpython inside the binary (no --enable-shared): faster start-up, one file.
-# PGO=1: profile-guided (training: pgo_task.py, seconds), LTO=1: link-time optimization
-# (build_runtime.sh's default: together they start as fast as Debian's own python3.11).
+# PGO=1: profile-guided from the committed profile (/build/pgo-profile.tar: the .gcda files at
+# the object paths of this same build directory, where -fprofile-use looks for them);
+# PGO=train: build the instrumented interpreter, run pgo_task.py, keep only the .gcda files
+# (/out/pgo-profile.tar) and stop.  LTO=1: link-time optimization (build_runtime.sh's default:
+# with PGO they start as fast as Debian's own python3.11).
 opt=()
-[ "${PGO:-0}" = 1 ] && opt+=(--enable-optimizations)
+[ "${PGO:-0}" != 0 ] && opt+=(--enable-optimizations)
 [ "${LTO:-0}" = 1 ] && opt+=(--with-lto) || opt+=(--with-lto=no)
 ./configure --prefix=/nct-python --without-ensurepip --disable-test-modules "${opt[@]}" >/dev/null
-PYTHONHASHSEED=0 make -j"$JOBS" PROFILE_TASK="-s -S /build/pgo_task.py" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
+if [ "${PGO:-0}" = train ]; then
+    PYTHONHASHSEED=0 make -j"$JOBS" PROFILE_TASK="-s -S /build/pgo_task.py /build/nct-src" profile-run-stamp \
+        >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
+    find . -name '*.gcda' | LC_ALL=C sort > /build/gcda.list
+    [ -s /build/gcda.list ] || { echo "runtime_inner.sh: the training left no .gcda files" >&2; exit 1; }
+    tar --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --format=gnu \
+        -cf /out/pgo-profile.tar --no-recursion -T /build/gcda.list
+    echo "PGO profile: $(wc -l < /build/gcda.list) .gcda files, $(du -sh --apparent-size /out/pgo-profile.tar | cut -f1)"
+    exit 0
+fi
+if [ "${PGO:-0}" = 1 ]; then
+    tar -xf /build/pgo-profile.tar
+    touch profile-run-stamp   # the profile is there: profile-opt goes straight to the -fprofile-use build
+fi
+PYTHONHASHSEED=0 make -j"$JOBS" >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
 make install DESTDIR=/out/tmp >/dev/null 2>>make.log
 mv /out/tmp/nct-python "$P"
 rm -rf /out/tmp

@@ -123,3 +123,22 @@ def test_config_home_only_for_installed_toolkit_roots(toolkit, tmp_path):
     conf.write_text('[nvidia-container-cli]\nroot = "/custom"\n')
     r = subprocess.run(show, capture_output=True, text=True, env=env)
     assert r.returncode == 0 and 'root = "/custom"' in r.stdout, r.stderr
+
+
+def test_runtime_build_refuses_bad_pgo_mode_before_any_work():
+    """PGO is 0, 1 (from the committed profile) or train; anything else is one line, exit 1,
+    before debootstrap or a download."""
+    r = subprocess.run([str(TOOLKIT_DIR / "build_runtime.sh")], env={**os.environ, "PGO": "yes"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == "build_runtime.sh: PGO must be 0, 1 or train, not 'yes'\n"
+
+
+def test_committed_runtime_and_profile_match_their_sha256():
+    """The default build reads the committed PGO profile (sha256-checked), so it is reproducible."""
+    prebuilt = TOOLKIT_DIR / "prebuilt"
+    sums = sorted(prebuilt.glob("*.sha256"))
+    assert {p.name for p in sums} == {"cpython-3.11.2-x86_64-glibc2.31.tar.xz.sha256",
+                                      "cpython-3.11.2-pgo-profile.tar.xz.sha256"}
+    for p in sums:
+        subprocess.run(["sha256sum", "-c", "--quiet", p.name], cwd=prebuilt, check=True)
