@@ -200,3 +200,19 @@ def test_legacy_params_copy_changes_the_first_match_only(tmp_path):
     d.mkdir(parents=True)
     (d / "params").write_bytes(b"EnableMSI: 1\nModifyDeviceFiles: 1\nX: ModifyDeviceFiles: 1\n")
     assert _proc_copies(str(tmp_path))["params"] == b"EnableMSI: 1\nModifyDeviceFiles: 0\nX: ModifyDeviceFiles: 1\n"
+
+
+@pytest.mark.parametrize("field, path", [
+    ("/plain", "/plain"),
+    (r"/a\040b", "/a b"),
+    (r"/trailing\040", "/trailing "),  # an escape at the very end (the sim's old copy missed it)
+    (r"/x\134y", "/x\\y"),
+    (r"/nl\012x", "/nl\nx"),
+    ("/not\\089octal", "/not\\089octal"),  # the kernel escapes a backslash itself: leave others
+    ("/short\\04", "/short\\04"),
+])
+def test_unescape_mount_field(field, path):
+    """mountinfo's path fields, as the kernel escapes them (space, tab, newline, backslash)."""
+    from nct.container.rootfs import unescape_mount_field
+
+    assert unescape_mount_field(field) == path

@@ -30,7 +30,7 @@ import time
 
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
-from nct.container.rootfs import Root, _unescape, open_regular
+from nct.container.rootfs import Root, open_regular, unescape_mount_field
 from nct.errors import ContainerError
 from nct.limits import shown
 from nct.sigreset import default_signals
@@ -387,7 +387,7 @@ def _detach_kernel_mounts(proc: int) -> None:
             fields = left.split(" ")
             if len(fields) < 5 or not right or right.split(" ")[0] not in KERNEL_FS:
                 continue
-            point = _unescape(fields[4])
+            point = unescape_mount_field(fields[4])
             if point == "/":
                 raise ContainerError(f"ldconfig's view of the container root is a {right.split(' ')[0]} mount")
             try:
@@ -439,7 +439,7 @@ def mounts_at_or_below(mountinfo: str, top: str) -> list[str]:
         fields = line.split(" ", 5)
         if len(fields) < 5:
             continue
-        point = _unescape(fields[4])
+        point = unescape_mount_field(fields[4])
         if point == top or point.startswith(prefix):
             points.append(point)
     points.sort(key=lambda p: p.count("/"))

@@ -27,14 +27,16 @@ def _comps(path: str) -> list[str]:
     return [c for c in path.split("/") if c not in ("", ".")]
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path field with its octal escapes (\\040 for a space...) decoded."""
+def unescape_mount_field(field: str) -> str:
+    """A mountinfo path field with its octal escapes (\\040 for a space...) decoded (the one
+    decoder: nct.container.ldconfig and nct.sim.run use it too)."""
     if "\\" not in field:
         return field
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
+        esc = field[i + 1:i + 4]
+        if field[i] == "\\" and len(esc) == 3 and all(c in "01234567" for c in esc):
+            out.append(chr(int(esc, 8)))
             i += 4
         else:
             out.append(field[i])
@@ -50,7 +52,7 @@ def _mountinfo_table(text: str) -> dict[int, tuple[str, str, str, str]]:
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(" "), right.split(" ")
         if len(fields) >= 5 and rfields and fields[0].isdigit():
-            table[int(fields[0])] = (fields[3], rfields[0], fields[2], _unescape(fields[4]))
+            table[int(fields[0])] = (fields[3], rfields[0], fields[2], unescape_mount_field(fields[4]))
     return table
 
 

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 
+from nct.container.rootfs import unescape_mount_field
 from nct.sim.model import SimError
 from nct.sim.node import LIB32_DIR, LIB64_DIR, load_node
 
@@ -65,25 +66,12 @@ def umount(target: str) -> None:
         raise SimError(f"umount {target} failed: {os.strerror(err)}")
 
 
-def _unescape(path: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal."""
-    out, i = [], 0
-    while i < len(path):
-        if path[i] == "\\" and i + 3 < len(path) and path[i + 1:i + 4].isdigit():
-            out.append(chr(int(path[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(path[i])
-            i += 1
-    return "".join(out)
-
-
 def submounts(target: str) -> list[str]:
     """Top-most mount points strictly below `target` (nested ones travel with an rbind)."""
     points = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
-            point = _unescape(line.split()[4])
+            point = unescape_mount_field(line.split()[4])
             if point.startswith(target.rstrip("/") + "/"):
                 points.append(point)
     top = []
