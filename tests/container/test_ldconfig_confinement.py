@@ -97,6 +97,17 @@ def _build(tmp_path, name: str, source: str, *flags: str) -> str:
     return out
 
 
+def _as_image_ldconfig(rootfs: str, prog: str) -> None:
+    """Install the static program `prog` as the image's own /sbin/ldconfig."""
+    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
+    dst = os.path.join(rootfs, "sbin", "ldconfig")
+    if os.path.lexists(dst):
+        os.unlink(dst)
+    with open(prog, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read())
+    os.chmod(dst, 0o755)
+
+
 def _run_ldconfig(rootfs: str, *, ldconfig: str = "@/sbin/ldconfig", write_conf: bool = True,
                   timeout_s: int | None = None, limit: float = 60, prefix: tuple[str, ...] = ()
                   ) -> subprocess.CompletedProcess:
@@ -132,13 +143,7 @@ def test_container_ldconfig_keeps_three_caps_and_cannot_read_host(tmp_path, root
     secret = tmp_path / "host-secret"
     secret.write_text("HOST-ONLY-SECRET\n")
     probe = _build(tmp_path, "probe", PROBE_C, "-static", f'-DHOST_SECRET="{secret}"', f"-DHOST_PID={os.getpid()}")
-    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
-    dst = os.path.join(rootfs, "sbin", "ldconfig")
-    if os.path.lexists(dst):
-        os.unlink(dst)
-    with open(probe, "rb") as f, open(dst, "wb") as g:
-        g.write(f.read())
-    os.chmod(dst, 0o755)
+    _as_image_ldconfig(rootfs, probe)
     prefix: tuple[str, ...] = ()
     if kernel == "old":
         from e2e import oldkernel
@@ -217,13 +222,7 @@ def test_ldconfig_ignoring_its_alarm_is_killed(tmp_path, rootfs):
     """A container ldconfig that ignores SIGALRM and blocks is killed by the parent."""
     prog = _build(tmp_path, "sleeper", "#include <signal.h>\n#include <unistd.h>\n"
                   "int main(void) { signal(SIGALRM, SIG_IGN); for (;;) pause(); }\n", "-static")
-    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
-    dst = os.path.join(rootfs, "sbin", "ldconfig")
-    if os.path.lexists(dst):
-        os.unlink(dst)
-    with open(prog, "rb") as f, open(dst, "wb") as g:
-        g.write(f.read())
-    os.chmod(dst, 0o755)
+    _as_image_ldconfig(rootfs, prog)
     start = time.monotonic()
     res = _run_ldconfig(rootfs, ldconfig="/sbin/ldconfig", timeout_s=1, limit=40)
     assert time.monotonic() - start < 30
@@ -298,13 +297,7 @@ def test_ldconfig_output_is_bounded(tmp_path, rootfs):
     about every line of a hostile configuration, could print gigabytes within its 10 s of CPU
     into host memory. Only a bounded tail is kept; the error is still its last line."""
     prog = _build(tmp_path, "chatty", CHATTY_C, "-static")
-    os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
-    dst = os.path.join(rootfs, "sbin", "ldconfig")
-    if os.path.lexists(dst):
-        os.unlink(dst)
-    with open(prog, "rb") as f, open(dst, "wb") as g:
-        g.write(f.read())
-    os.chmod(dst, 0o755)
+    _as_image_ldconfig(rootfs, prog)
     code = textwrap.dedent(f"""
         import resource
         from nct.container import ldconfig as L
@@ -355,13 +348,7 @@ def test_ldconfig_inherits_no_fd_but_stdio(tmp_path, rootfs, ldconfig):
     if ldconfig == "@HOST":
         ldconfig = "@" + prog
     else:
-        os.makedirs(os.path.join(rootfs, "sbin"), exist_ok=True)
-        dst = os.path.join(rootfs, "sbin", "ldconfig")
-        if os.path.lexists(dst):
-            os.unlink(dst)
-        with open(prog, "rb") as f, open(dst, "wb") as g:
-            g.write(f.read())
-        os.chmod(dst, 0o755)
+        _as_image_ldconfig(rootfs, prog)
     res = _run_ldconfig(rootfs, ldconfig=ldconfig)
     assert res.stdout.strip() == "OK", res.stdout + res.stderr
     assert open(os.path.join(rootfs, "ldconfig-fds.out")).read().split() == ["0", "1", "2"]

@@ -7,14 +7,11 @@ process opened a planted node, and the container still finds libcuda through its
 from __future__ import annotations
 
 import shutil
-import subprocess
-
-import pytest
 
 from e2e.scratchdisk import WHERE, OpenWatch, plant, scratch_disk  # noqa: F401 - fixture
 
-from .conftest import entry_point, runc_bundle
-from .test_runc import CHECKS, runc  # noqa: F401 - fixture
+from .conftest import runc_bundle
+from .test_runc import CHECKS, runc, use_generated_spec  # noqa: F401 - fixture
 
 
 def _run(runc, tmp_path, disk, env: list[str]) -> None:
@@ -42,12 +39,5 @@ def test_jit_cdi(runc, tmp_path, sim_node, scratch_disk):
 
 
 def test_cdi_generated_spec(runc, tmp_path, sim_node, scratch_disk):
-    cdi = tmp_path / "cdi"
-    env = dict(runc.env, NCT_PROC_ROOT=str(sim_node / "root" / "proc"))
-    r = subprocess.run([entry_point("nvidia-ctk"), "cdi", "generate", "--driver-root", str(sim_node / "root"),
-                        "--nvidia-cdi-hook-path", entry_point("nvidia-cdi-hook"),
-                        "--output", str(cdi / "nvidia.json")], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cdi generate unavailable: {r.stderr.strip()[:200]}")
-    runc.config.write_text(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{cdi}"]\n')
+    use_generated_spec(runc, tmp_path, sim_node)
     _run(runc, tmp_path, scratch_disk, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])

@@ -131,8 +131,9 @@ def test_cdi_mode_hand_written_spec(runc, tmp_path):
     assert (out / "dev").read_text() == "ok\n"
 
 
-def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
-    """`nvidia-ctk cdi generate` for the simulated node, then `nvidia.com/gpu=2` via cdi mode."""
+def use_generated_spec(runc, tmp_path, sim_node) -> None:
+    """`nvidia-ctk cdi generate` for the simulated node into tmp_path/cdi, and the shim's
+    config pointed at that spec dir."""
     cdi = tmp_path / "cdi"
     env = dict(runc.env, NCT_PROC_ROOT=str(sim_node / "root" / "proc"))
     r = subprocess.run([entry_point("nvidia-ctk"), "cdi", "generate", "--driver-root", str(sim_node / "root"),
@@ -141,6 +142,11 @@ def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
     if r.returncode != 0:
         pytest.skip(f"cdi generate unavailable: {r.stderr.strip()[:200]}")
     runc.config.write_text(f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{cdi}"]\n')
+
+
+def test_cdi_mode_generated_spec_on_simulated_node(runc, tmp_path, sim_node):
+    """`nvidia-ctk cdi generate` for the simulated node, then `nvidia.com/gpu=2` via cdi mode."""
+    use_generated_spec(runc, tmp_path, sim_node)
     bundle, out = runc_bundle(tmp_path, CHECKS.replace("nvidia1", "nvidia2"), ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2"])
     runc.run_to_exit(bundle)
     devs = (out / "dev").read_text().split()
