@@ -17,7 +17,7 @@ import os
 import click
 
 from nct.cli.errors import fail
-from nct.driver.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
+from nct.nodeprep.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
     ensure_dev_char_links,
     MODULES, DevNode, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
     existing_device_nodes, modprobe_argv, proc_root, read_majors, read_mig_minors, run_modprobe,

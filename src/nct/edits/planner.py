@@ -44,7 +44,7 @@ DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
 # Channels a live container may get without the node existing (made with --load-kmods):
-# the driver's default NVreg_ImexChannelCount is 2048 (nct.driver.devinit.IMEX_MAX_CHANNEL).
+# the driver's default NVreg_ImexChannelCount is 2048 (nct.nodeprep.devinit.IMEX_MAX_CHANNEL).
 IMEX_MAX_CHANNEL = 2047
 
 # Debian multiarch triplets: machine -> (native, 32-bit).

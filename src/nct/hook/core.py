@@ -74,11 +74,11 @@ def _isdir(st: os.stat_result) -> bool:
 
 def init_driver(settings: Settings, request: ContainerRequest | None = None):
     """upstream's init before discovery when load_kmods is set: load the NVIDIA modules the
-    kernel lacks and mknod missing nodes (nct.driver.devinit). Never raises for a node
+    kernel lacks and mknod missing nodes (nct.nodeprep.devinit). Never raises for a node
     problem (discovery reports a missing driver); returns the InitReport, or None."""
     if not settings.load_kmods:
         return None
-    from nct.driver.devinit import init_driver as _init
+    from nct.nodeprep.devinit import init_driver as _init
 
     # IMEX channel nodes are the request's own: made by configure(), once the whole request
     # has been planned and checked (a request that fails leaves no node behind)
@@ -189,7 +189,7 @@ def make_request_nodes(edits: ContainerEdits, settings: Settings):
     after the whole request has been planned. Returns the devinit.MadeNodes, or None."""
     if not settings.load_kmods or settings.no_create_imex_channels:
         return None
-    from nct.driver.devinit import DevNode, MadeNodes, rooted
+    from nct.nodeprep.devinit import DevNode, MadeNodes, rooted
     from nct.edits.planner import IMEX_DIR
 
     dev_root = settings.roots.dev or "/"

@@ -122,10 +122,10 @@ def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_p
     """/dev/char links for the char devices the modifiers added to the spec (looked up under
     each dev root and checked to be that very device): systemd resolves the container's
     DeviceAllow entries through them, and drops the devices it cannot resolve on its next
-    reload (see nct.driver.devinit.ensure_dev_char_links). Returns the links made."""
+    reload (see nct.nodeprep.devinit.ensure_dev_char_links). Returns the links made."""
     import stat
 
-    from nct.driver.devinit import DevNode, ensure_dev_char_links, rooted
+    from nct.nodeprep.devinit import DevNode, ensure_dev_char_links, rooted
 
     def devices(spec: dict) -> list[dict]:
         linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}

@@ -626,7 +626,7 @@ def _debug(msg: str, *args) -> None:
     if "logging" in sys.modules:
         import logging
 
-        logging.getLogger("nct.driver.devinit").debug(msg, *args)
+        logging.getLogger("nct.nodeprep.devinit").debug(msg, *args)
 
 
 def _warn(msg: str, *args) -> None:
@@ -635,7 +635,7 @@ def _warn(msg: str, *args) -> None:
     if "logging" in sys.modules:
         import logging
 
-        logger = logging.getLogger("nct.driver.devinit")
+        logger = logging.getLogger("nct.nodeprep.devinit")
         if logger.hasHandlers():
             logger.warning(msg, *args)
 

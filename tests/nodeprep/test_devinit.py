@@ -1,4 +1,4 @@
-"""nct.driver.devinit: --load-kmods planning (pure) and its thin layer against temp trees:
+"""nct.nodeprep.devinit: --load-kmods planning (pure) and its thin layer against temp trees:
 real mknod, real fork + chroot + execve of a static fake modprobe built with gcc."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nct.driver import devinit
+from nct.nodeprep import devinit
 from nct.driver.model import Roots
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "driver" / "fixtures"  # procfs captures, shared with the discovery tests
 
 PROC_DEVICES = """Character devices:
   1 mem
@@ -325,7 +325,7 @@ def test_user_namespace_skips(tmp_path):
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare")
     roots = make_node(tmp_path, None)
-    code = ("import sys; from nct.driver import devinit; from nct.driver.model import Roots;"
+    code = ("import sys; from nct.nodeprep import devinit; from nct.driver.model import Roots;"
             f"r = devinit.init_driver(Roots(driver={roots.driver!r}, dev={roots.dev!r}, proc={roots.proc!r}));"
             "print(r.skipped)")
     import sys
@@ -345,7 +345,7 @@ def test_init_path_stays_light(tmp_path, fake_modprobe):
     import sys
 
     roots = make_node(tmp_path, fake_modprobe, modules="")
-    code = ("import sys; from nct.driver import devinit; from nct.driver.model import Roots;"
+    code = ("import sys; from nct.nodeprep import devinit; from nct.driver.model import Roots;"
             f"r = devinit.init_driver(Roots(driver={roots.driver!r}, dev={roots.dev!r}, proc={roots.proc!r}));"
             "print(r.failed, sorted(m for m in ('subprocess', 'logging', 'click', 'typing', 'dataclasses')"
             " if m in sys.modules))")
