@@ -12,8 +12,6 @@ stale spec from its content (nct.cdi.check)."""
 
 from __future__ import annotations
 
-import os
-import posixpath
 import shutil
 import sys
 from nct.record import Record, field
@@ -208,47 +206,12 @@ def _max_version(value: str | None) -> str | None:
 def discover_for_generate(roots: Roots, library_search_paths: tuple[str, ...] = ()) -> Node:
     """discover_node on `roots`; with --library-search-path, libraries found in those dirs
     (inside the driver root) are added to, or replace, what the ld cache gave."""
-    from nct.driver.discover import discover_node
+    from nct.driver.discover import discover_node, with_search_paths
 
     node = discover_node(roots)
     if library_search_paths:
         node = with_search_paths(node, library_search_paths)
     return node
-
-
-def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
-    """`node` with the catalogue libraries found in `dirs` (paths inside the driver root,
-    looked up as discovery looks up ld cache entries: same version and ELF checks)."""
-    from nct.driver import libraries
-    from nct.driver.ldcache import CacheEntry, LdCache
-    from nct.driver.rootpath import host_path, resolve_in_root
-
-    entries = []
-    for d in dirs:
-        if not d.startswith("/"):
-            raise NctError(f"--library-search-path {d!r}: must be an absolute path")
-        real = resolve_in_root(node.roots.driver, d)
-        if real is None:
-            continue
-        try:
-            names = sorted(os.listdir(host_path(node.roots.driver, real)))
-        except OSError:
-            continue
-        # FLAG_ELF: no ABI claimed, the ELF check of each candidate decides.
-        entries += [CacheEntry(key=n, path=posixpath.join(real, n), flags=0x0001)
-                    for n in names if n.startswith("lib") and ".so" in n]
-    cache = LdCache(path="<library-search-path>", format="new", entries=tuple(entries))
-    found = (libraries.find_libraries(node.roots.driver, cache, node.driver_version)
-             + libraries.find_libraries(node.roots.driver, cache, node.driver_version, compat32=True))
-    if not found:
-        return node
-    keys = {(f.kind, f.name) for f in found}
-    files = [f for f in node.files if (f.kind, f.name) not in keys]
-    at = next((i for i, f in enumerate(files) if f.kind in ("lib", "lib32")), len(files))
-    files[at:at] = found
-    lib_dirs = list(dict.fromkeys([os.path.dirname(f.host_path) for f in found if f.kind == "lib"]
-                                  + list(node.lib_dirs)))
-    return node.replace(files=tuple(files), lib_dirs=tuple(lib_dirs))
 
 
 # --- plans per mode --------------------------------------------------------------------------
