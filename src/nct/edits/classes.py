@@ -15,9 +15,8 @@ import posixpath
 
 from nct.driver.model import DeviceNode, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, MountEdit
-from nct.edits.planner import PlanOptions, common_edits, nodes_edits
+from nct.edits.planner import PlanOptions, common_edits, imex_channel_id, imex_channels_by_id, nodes_edits
 from nct.errors import NctError, RequestError
-from nct.limits import is_number
 from nct.record import Record
 
 
@@ -93,10 +92,7 @@ def imex_channel_edits(dev_root: str, ids, options: PlanOptions | None = None) -
     under the dev root), by number; `all` = every channel node there, `none` = nothing."""
     from nct.driver import devices as devs
 
-    existing: dict[int, DeviceNode] = {}
-    for n in devs.imex_channels(dev_root):
-        digits = posixpath.basename(n.path)[len("channel"):]
-        existing[int(digits) if digits.isdigit() else n.minor] = n
+    existing = imex_channels_by_id(devs.imex_channels(dev_root))
     chosen: dict[int, DeviceNode] = {}
     for raw in ids:
         dev = raw.strip()
@@ -105,12 +101,12 @@ def imex_channel_edits(dev_root: str, ids, options: PlanOptions | None = None) -
         if dev.lower() == "all":
             chosen.update(existing)
             continue
-        key = dev[len("channel"):] if dev.startswith("channel") else dev
-        if not is_number(key) or int(key) > IMEX_MAX_CHANNEL:
+        n = imex_channel_id(dev)
+        if n is None or n > IMEX_MAX_CHANNEL:
             raise RequestError(f"invalid IMEX channel {dev!r} (N or channelN, N <= {IMEX_MAX_CHANNEL})")
-        if int(key) not in existing:
-            raise RequestError(f"unknown IMEX channel: {dev} (no {show_path(dev_root, devs.IMEX_DIR)}/channel{int(key)})")
-        chosen[int(key)] = existing[int(key)]
+        if n not in existing:
+            raise RequestError(f"unknown IMEX channel: {dev} (no {show_path(dev_root, devs.IMEX_DIR)}/channel{n})")
+        chosen[n] = existing[n]
     if not chosen:
         raise NctError(f"imex mode: no IMEX channel nodes found under {show_path(dev_root, devs.IMEX_DIR)}")
     return [(str(ch), nodes_edits([chosen[ch]], options)) for ch in sorted(chosen)]

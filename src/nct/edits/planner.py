@@ -24,6 +24,7 @@ import posixpath
 import stat
 
 from nct.driver.catalogue import CAPABILITY_LIBRARY_SETS
+from nct.driver.devices import IMEX_DIR
 from nct.driver.model import DeviceNode, DriverFile, Gpu, MigDevice, Node
 from nct.edits.model import IPC_MOUNT, RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit, SymlinkEdit
 from nct.edits.select import Selection, normalise_bus_id, select_devices
@@ -35,13 +36,13 @@ from nct.limits import is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
-    "mig_admin_edits", "imex_edits", "graphics_edits", "nodes_edits", "container_lib_dirs", "PROC_MOUNT",
+    "mig_admin_edits", "imex_edits", "imex_channels_by_id", "imex_channel_id", "graphics_edits", "nodes_edits",
+    "container_lib_dirs", "PROC_MOUNT",
 ]
 
 # /proc files bound into a live container (upstream: ro, nosuid, nodev, noexec).
 PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
-IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
 # Channels a live container may get without the node existing (made with --load-kmods):
 # the driver's default NVreg_ImexChannelCount is 2048 (nct.nodeprep.devinit.IMEX_MAX_CHANNEL).
@@ -241,15 +242,14 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
     node is the caller's business)."""
     options = options or PlanOptions()
     b = _Builder(node, options)
-    by_id = {_channel_id(d): d for d in node.imex_channels}
+    by_id = imex_channels_by_id(node.imex_channels)
     major = node.majors.get(IMEX_MAJOR_NAME)
     for ch in channels:
         if str(ch).lower() == "all":
             for dn in node.imex_channels:
                 b.device(dn)
             continue
-        key = str(ch)[len("channel"):] if str(ch).startswith("channel") else str(ch)
-        n = int(key) if is_number(key) else None
+        n = imex_channel_id(str(ch))
         dn = by_id.get(n) if n is not None else None
         if dn is None and n is not None and options.live and major is not None and n <= IMEX_MAX_CHANNEL:
             path = f"{IMEX_DIR}/channel{n}"
@@ -493,8 +493,17 @@ def _proc_container_path(node: Node, host_path: str) -> str:
     return host_path
 
 
-def _channel_id(dn: DeviceNode) -> int:
-    name = posixpath.basename(dn.path)
-    digits = name[len("channel"):] if name.startswith("channel") else ""
-    return int(digits) if digits.isdigit() else dn.minor
+def imex_channels_by_id(nodes) -> dict[int, DeviceNode]:
+    """IMEX channel nodes by channel number (from the name channelN, else the minor)."""
+    out = {}
+    for dn in nodes:
+        name = posixpath.basename(dn.path)
+        digits = name[len("channel"):] if name.startswith("channel") else ""
+        out[int(digits) if digits.isdigit() else dn.minor] = dn
+    return out
 
+
+def imex_channel_id(text: str) -> int | None:
+    """A requested channel, N or channelN, as a number; None when it is neither."""
+    key = text[len("channel"):] if text.startswith("channel") else text
+    return int(key) if is_number(key) else None
