@@ -95,6 +95,25 @@ def test_init_plan_follows_majors_and_minors():
     assert devinit.init_plan("/", {}, [0, 1]) == []
 
 
+def test_one_node_planner_for_load_kmods_and_the_system_commands():
+    """issue 13: --load-kmods (tolerant), create-device-nodes --control-devices and
+    create-dev-char-symlinks --create-all (strict) plan with one node_plan."""
+    from nct.driver.procfs import parse_devices
+
+    majors = parse_devices(PROC_DEVICES)
+    control = [(n.path, n.major, n.minor) for n in devinit.control_device_nodes("/r", majors, "/p")]
+    assert sorted(control) == [("/r/dev/nvidia-modeset", 195, 254), ("/r/dev/nvidia-uvm", 234, 0),
+                               ("/r/dev/nvidia-uvm-tools", 234, 1), ("/r/dev/nvidiactl", 195, 255)]
+    assert control == [(n.path, n.major, n.minor) for n in devinit.init_plan("/r", majors, [])]
+    mig = {"config": 1, "monitor": 2, "gpu0/gi0/access": 3, "gpu0/gi0/ci0/access": 4, "gpu1/gi0/access": 21}
+    every = {n.path for n in devinit.all_possible_device_nodes("/r", majors, mig, 2, "/p")}
+    assert every == {p for p, _, _ in control} | {"/r/dev/nvidia0", "/r/dev/nvidia1"} | {
+        f"/r/dev/nvidia-caps/nvidia-cap{m}" for m in (1, 2, 3, 4, 21)}
+    with pytest.raises(devinit.NodeError, match="^/p/devices: no 'nvidia-uvm' device major"):
+        devinit.control_device_nodes("/r", {"nvidia": 195}, "/p")
+    assert [n.path for n in devinit.init_plan("/r", {"nvidia": 195}, [])] == ["/r/dev/nvidiactl", "/r/dev/nvidia-modeset"]
+
+
 def test_imex_ids():
     assert devinit.imex_ids(("0", "7", "all", "channel9", "x", "7", "2047", "2048", str(1 << 20))) == [0, 7, 9, 2047]
 

@@ -189,19 +189,15 @@ def make_request_nodes(edits: ContainerEdits, settings: Settings):
     after the whole request has been planned. Returns the devinit.MadeNodes, or None."""
     if not settings.load_kmods or settings.no_create_imex_channels:
         return None
-    from nct.nodeprep.devinit import DevNode, MadeNodes, rooted
-    from nct.edits.planner import IMEX_DIR
+    from nct.nodeprep.devinit import MadeNodes, imex_nodes_to_make
 
-    dev_root = settings.roots.dev or "/"
     made = MadeNodes()
-    for d in edits.device_nodes:
-        if not d.path.startswith(IMEX_DIR + "/") or d.host_path != rooted(dev_root, d.path):
-            continue
+    for node in imex_nodes_to_make(edits.device_nodes, settings.roots.dev or "/"):
         try:
-            if made.make(DevNode(d.host_path, d.major, d.minor, 0o666, dev_root)):
-                log.debug("created %s (%d:%d)", d.host_path, d.major, d.minor)
+            if made.make(node):
+                log.debug("created %s (%d:%d)", node.path, node.major, node.minor)
         except OSError as e:  # the apply step names the missing node
-            log.debug("could not create device node %s: %s", d.host_path, e.strerror or e)
+            log.debug("could not create device node %s: %s", node.path, e.strerror or e)
     return made
 
 
