@@ -246,8 +246,8 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
     major = node.majors.get(IMEX_MAJOR_NAME)
     for ch in channels:
         if str(ch).lower() == "all":
-            for dn in node.imex_channels:
-                b.device(dn)
+            for each in node.imex_channels:
+                b.device(each)
             continue
         n = imex_channel_id(str(ch))
         dn = by_id.get(n) if n is not None else None

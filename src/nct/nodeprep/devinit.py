@@ -449,8 +449,9 @@ def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[Dev
     each looked up under the dev roots in turn and kept only when the node there is that
     very device: what the runtime links under /dev/char for the systemd cgroup driver."""
     def devices(spec: dict) -> list[dict]:
-        linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
-        return [d for d in linux.get("devices") or [] if isinstance(d, dict)]
+        linux = spec.get("linux")
+        listed = linux.get("devices") if isinstance(linux, dict) else None
+        return [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
 
     def key(d: dict) -> tuple:
         return d.get("path"), d.get("type"), d.get("major"), d.get("minor")
