@@ -81,3 +81,12 @@ def test_nodes_from_the_dev_root_files_from_the_driver_root(dev_root, tmp_path):
     assert [d.host_path for d in e.device_nodes] == [str(dev_root / "dev/nvidia-fs0"), str(dev_root / "dev/nvidia-fs1")]
     assert sorted((m.container_path, m.host_path) for m in e.mounts) == [
         ("/etc/cufile.json", str(driver / "etc/cufile.json")), ("/run/udev", str(driver / "run/udev"))]
+
+
+def test_every_gated_variable_names_a_device_class():
+    """NVIDIA_GDS/MOFED/GDRCOPY/NVSWITCH name the classes of the one table that `cdi generate
+    --mode` uses too."""
+    from nct.edits.classes import DEVICE_CLASSES
+    from nct.request.parse import GATED_MODES
+
+    assert [mode for _, mode in GATED_MODES] == list(DEVICE_CLASSES)
