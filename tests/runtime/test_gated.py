@@ -90,3 +90,19 @@ def test_every_gated_variable_names_a_device_class():
     from nct.request.parse import GATED_MODES
 
     assert [mode for _, mode in GATED_MODES] == list(DEVICE_CLASSES)
+
+
+def test_group_nodes_as_every_spec_node(dev_root):
+    """A gated node that is not world rw carries its group and adds it to the container's
+    groups, as every node of a spec (and `cdi generate --mode`) does; not with
+    no-additional-gids-for-device-nodes."""
+    from nct.edits.planner import PlanOptions
+
+    os.chown(dev_root / "dev/nvidia-fs1", 0, 44)
+    os.chmod(dev_root / "dev/nvidia-fs1", 0o660)
+    roots = Roots(driver=str(dev_root), dev=str(dev_root))
+    e = class_edits(roots, "gds", PlanOptions(target="spec"))
+    assert [(d.path, d.gid, d.file_mode) for d in e.device_nodes] == [
+        ("/dev/nvidia-fs0", None, stat.S_IFCHR | 0o666), ("/dev/nvidia-fs1", 44, stat.S_IFCHR | 0o660)]
+    assert e.additional_gids == [44]
+    assert class_edits(roots, "gds", PlanOptions(target="spec", no_additional_gids=True)).additional_gids == []
