@@ -16,7 +16,7 @@ from nct.cdi.hooks import HookOptions
 from nct.cdi.registry import Registry
 from nct.cdi.render import build_spec
 from nct.cdi.spec import load_spec, save_spec, schema_errors
-from nct.oci.inject import apply_edits_to_spec
+from nct.cdi.inject import apply_edits_to_spec
 from nct.oci.validate import oci_schema_errors
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the simulated node's device nodes need root")

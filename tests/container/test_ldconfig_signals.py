@@ -77,7 +77,7 @@ def test_modprobe_gets_default_signals(tmp_path):
         import signal
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGUSR1}})
-        from nct.driver.devinit import run_modprobe
+        from nct.nodeprep.devinit import run_modprobe
         print(run_modprobe({str(root)!r}, "nvidia"))
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -375,7 +375,7 @@ def test_mig_slice_has_no_parent_drm(node_factory, target, ids, dri):
 def test_legacy_graphics_modifier_mig_slice(node_factory):
     """The legacy runtime's graphics modifier matches DRM nodes by GPU minor, UUID or bus id:
     `i:j` and MIG- UUIDs match none."""
-    from nct.runtime.jit import graphics_edits
+    from nct.edits.planner import graphics_edits
 
     node = node_factory(2, migs={1: 2})
     caps = frozenset({"graphics", "compute"})

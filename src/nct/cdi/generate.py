@@ -1,8 +1,9 @@
 """`nvidia-ctk cdi generate`: a CDI spec for the node, from our own discovery.
 
-The spec is a serialisation of the planner's edits: `common_edits` once (spec level) and
-`gpu_edits` / `mig_edits` per device, rendered by nct.cdi.render. Device-class modes
-(management, imex, gds, mofed, gdrcopy, nvswitch) list device nodes under the dev root.
+This module only orchestrates and renders: options -> roots, discovery (nct.driver),
+selection and edits (nct.edits: `common_edits` once at spec level, `gpu_edits` /
+`mig_edits` per device; nct.edits.classes for management, imex, gds, mofed, gdrcopy and
+nvswitch), device names, hooks and the spec (nct.cdi.render).
 
 The spec carries nothing of nct's own: no annotations, so its cdiVersion is the minimum
 upstream would write for the same content (0.5.0 unless device nodes need additionalGids),
@@ -11,25 +12,20 @@ stale spec from its content (nct.cdi.check)."""
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import posixpath
-import re
 import shutil
-import stat
 import sys
 from nct.record import Record, field
 
 from nct.cdi import version as cdi_version
 from nct.cdi.hooks import CDI_HOOK_NAMES, DEFAULT_HOOK_PATH, HookOptions, cdi_hook
 from nct.cdi.names import class_error, vendor_error
-from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
-from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
+from nct.driver.model import Gpu, MigDevice, Node, Roots
+from nct.edits.classes import DEVICE_CLASSES, show_path
+from nct.edits.model import ContainerEdits
 from nct.errors import NctError, RequestError, SpecError
-from nct.limits import is_number
 
 GPU_MODES = ("auto", "nvml")
-CLASS_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
+CLASS_MODES = tuple(DEVICE_CLASSES)
 SUPPORTED_MODES = GPU_MODES + ("management", "imex") + CLASS_MODES
 DEFAULT_DISABLED_HOOKS = frozenset({"chmod"})
 KNOWN_FEATURE_FLAGS = frozenset({
@@ -37,16 +33,6 @@ KNOWN_FEATURE_FLAGS = frozenset({
     "enable-coherent-annotations", "disable-multiple-csv-devices", "no-additional-gids-for-device-nodes",
     "disable-ipc-discoverer",
 })
-# Device-class modes: node patterns under the dev root, and files mounted when nodes exist.
-CLASS_DEVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "gds": (("/dev/nvidia-fs*",), ("/run/udev", "/etc/cufile.json")),
-    "mofed": (("/dev/infiniband/uverbs*", "/dev/infiniband/rdma_cm"), ()),
-    "gdrcopy": (("/dev/gdrdrv",), ()),
-    "nvswitch": (("/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch*"), ()),
-}
-MANAGEMENT_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap*", "/dev/nvidia-caps-imex-channels/channel*")
-MANAGEMENT_EXCLUDE = ("nvidia-fs*", "nvidia-nvswitch*", "nvidia-nvlink*")
-IMEX_MAX_CHANNEL = 2**20 - 1
 
 
 class GenerateOptions(Record):
@@ -144,9 +130,9 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
                or (cap is not None and cdi_version.key(cap) < (0, 7, 0)))
 
     if mode in CLASS_MODES:
-        plan = class_plan(mode, roots)
+        plan = class_plan(mode, roots, no_gids)
     elif mode == "imex":
-        plan = imex_plan(roots, opts.device_ids)
+        plan = imex_plan(roots, opts.device_ids, no_gids)
     else:
         if node is None:
             node = discover_for_generate(roots, opts.library_search_paths)
@@ -220,47 +206,12 @@ def _max_version(value: str | None) -> str | None:
 def discover_for_generate(roots: Roots, library_search_paths: tuple[str, ...] = ()) -> Node:
     """discover_node on `roots`; with --library-search-path, libraries found in those dirs
     (inside the driver root) are added to, or replace, what the ld cache gave."""
-    from nct.driver.discover import discover_node
+    from nct.driver.discover import discover_node, with_search_paths
 
     node = discover_node(roots)
     if library_search_paths:
         node = with_search_paths(node, library_search_paths)
     return node
-
-
-def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
-    """`node` with the catalogue libraries found in `dirs` (paths inside the driver root,
-    looked up as discovery looks up ld cache entries: same version and ELF checks)."""
-    from nct.driver import libraries
-    from nct.driver.ldcache import CacheEntry, LdCache
-    from nct.driver.rootpath import host_path, resolve_in_root
-
-    entries = []
-    for d in dirs:
-        if not d.startswith("/"):
-            raise NctError(f"--library-search-path {d!r}: must be an absolute path")
-        real = resolve_in_root(node.roots.driver, d)
-        if real is None:
-            continue
-        try:
-            names = sorted(os.listdir(host_path(node.roots.driver, real)))
-        except OSError:
-            continue
-        # FLAG_ELF: no ABI claimed, the ELF check of each candidate decides.
-        entries += [CacheEntry(key=n, path=posixpath.join(real, n), flags=0x0001)
-                    for n in names if n.startswith("lib") and ".so" in n]
-    cache = LdCache(path="<library-search-path>", format="new", entries=tuple(entries))
-    found = (libraries.find_libraries(node.roots.driver, cache, node.driver_version)
-             + libraries.find_libraries(node.roots.driver, cache, node.driver_version, compat32=True))
-    if not found:
-        return node
-    keys = {(f.kind, f.name) for f in found}
-    files = [f for f in node.files if (f.kind, f.name) not in keys]
-    at = next((i for i, f in enumerate(files) if f.kind in ("lib", "lib32")), len(files))
-    files[at:at] = found
-    lib_dirs = list(dict.fromkeys([os.path.dirname(f.host_path) for f in found if f.kind == "lib"]
-                                  + list(node.lib_dirs)))
-    return node.replace(files=tuple(files), lib_dirs=tuple(lib_dirs))
 
 
 # --- plans per mode --------------------------------------------------------------------------
@@ -283,7 +234,8 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
     plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
     common = common_edits(node, None, popts)
     plan.common = common
-    gpus, migs, none = select_for_spec(node, device_ids)
+    selection = select_for_spec(node, device_ids)
+    gpus, migs, none = selection.gpus, selection.migs, selection.none
     chmod = "chmod" not in disabled
     for gpu in gpus:
         edits = gpu_edits(node, gpu, popts)
@@ -306,50 +258,13 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
     return plan
 
 
-def select_for_spec(node: Node, device_ids: tuple[str, ...]) -> tuple[list[Gpu], list[MigDevice], bool]:
+def select_for_spec(node: Node, device_ids: tuple[str, ...]):
     """--device-id: all (full GPUs without MIG, and every MIG device), none, a GPU index or
-    GPU- UUID, a MIG- UUID or i:j (PCI bus ids are not accepted, as upstream). Returns
-    (gpus, migs, none); RequestError naming the first unknown id."""
-    from nct.edits.select import visible_gpus
+    GPU- UUID, a MIG- UUID or i:j (PCI bus ids are not accepted, as upstream), in node
+    order (nct.edits.select); RequestError naming the first unknown id."""
+    from nct.edits.select import select_devices
 
-    visible = visible_gpus(node)
-    gpus: list[Gpu] = []
-    migs: list[MigDevice] = []
-    none = False
-    for raw in device_ids:
-        dev = raw.strip()
-        if not dev:
-            continue
-        low = dev.lower()
-        if low == "all":
-            gpus += [g for g in visible if not (g.mig_enabled or g.migs) and g not in gpus]
-            migs += [m for g in visible for m in g.migs if m not in migs]
-            continue
-        if low == "none":
-            none = True
-            continue
-        found: Gpu | MigDevice | None = None
-        if is_number(dev):
-            found = next((g for g in visible if g.index == int(dev)), None)
-        elif low.startswith("gpu-"):
-            found = next((g for g in visible if g.uuid.lower() == low), None)
-        elif low.startswith("mig-"):
-            found = next((m for g in visible for m in g.migs if m.uuid and m.uuid.lower() == low), None)
-        elif dev.count(":") == 1 and all(is_number(p) for p in dev.split(":")):
-            i, j = (int(p) for p in dev.split(":"))
-            found = next((m for g in visible if g.index == i for m in g.migs if m.ordinal == j), None)
-        if isinstance(found, Gpu):
-            if found not in gpus:
-                gpus.append(found)
-        elif isinstance(found, MigDevice):
-            if found not in migs:
-                migs.append(found)
-        else:
-            raise RequestError(f"unknown device: {dev}")
-    order = {g.index: i for i, g in enumerate(visible)}
-    gpus.sort(key=lambda g: order.get(g.index, 0))
-    migs.sort(key=lambda m: (order.get(m.parent_index, 0), m.ordinal))
-    return gpus, migs, none
+    return select_devices(node, device_ids, spec=True)
 
 
 def gpu_names(gpu: Gpu, strategies: tuple[str, ...]) -> list[str]:
@@ -363,127 +278,32 @@ def mig_names(mig: MigDevice, strategies: tuple[str, ...]) -> list[str]:
 
 
 def management_plan(node: Node, no_gids: bool = False, compat32: bool = False) -> Plan:
-    """management.nvidia.com/gpu=all: every NVIDIA node under the dev root (GPUs, control,
-    caps, IMEX channels), driver files as common edits; no device-node-modification hook."""
-    from nct.edits.planner import common_edits
+    """management.nvidia.com/gpu=all (nct.edits.classes.management_edits)."""
+    from nct.edits.classes import management_edits
 
-    nodes = [n for pattern in MANAGEMENT_PATTERNS for n in glob_nodes(node.roots.dev, pattern)
-             if not any(fnmatch.fnmatch(posixpath.basename(n.path), x) for x in MANAGEMENT_EXCLUDE)]
-    if not nodes:
-        raise NctError(f"management mode: no NVIDIA device nodes found under {_show(node.roots.dev, '/dev')}")
-    common = common_edits(node, None, _plan_options(no_gids, compat32))
-    common.proc_driver_gpus = None
-    return Plan(vendor="management.nvidia.com", cls="gpu", devices=[("all", nodes_edits(nodes, no_gids))],
-                common=common, all_device=False)
+    device, common = management_edits(node, _plan_options(no_gids, compat32))
+    return Plan(vendor="management.nvidia.com", cls="gpu", devices=[("all", device)], common=common,
+                all_device=False)
 
 
-def imex_plan(roots: Roots, device_ids: tuple[str, ...]) -> Plan:
-    """nvidia.com/imex-channel: one device per requested channel (N or channelN, must
-    exist); `all` = every channel node under the dev root."""
-    from nct.driver import devices as devs
+def imex_plan(roots: Roots, device_ids: tuple[str, ...], no_gids: bool = False) -> Plan:
+    """nvidia.com/imex-channel: one device per requested channel (nct.edits.classes)."""
+    from nct.edits.classes import imex_channel_edits
 
-    existing = {}
-    for n in devs.imex_channels(roots.dev):
-        digits = posixpath.basename(n.path)[len("channel"):]
-        existing[int(digits) if digits.isdigit() else n.minor] = n
-    chosen: dict[int, DeviceNode] = {}
-    for raw in device_ids:
-        dev = raw.strip()
-        if not dev or dev.lower() == "none":
-            continue
-        if dev.lower() == "all":
-            chosen.update(existing)
-            continue
-        key = dev[len("channel"):] if dev.startswith("channel") else dev
-        if not is_number(key) or int(key) > IMEX_MAX_CHANNEL:
-            raise RequestError(f"invalid IMEX channel {dev!r} (N or channelN, N <= {IMEX_MAX_CHANNEL})")
-        if int(key) not in existing:
-            raise RequestError(f"unknown IMEX channel: {dev} (no {_show(roots.dev, devs.IMEX_DIR)}/channel{int(key)})")
-        chosen[int(key)] = existing[int(key)]
-    if not chosen:
-        raise NctError(f"imex mode: no IMEX channel nodes found under {_show(roots.dev, devs.IMEX_DIR)}")
-    plan = Plan(vendor="nvidia.com", cls="imex-channel")
-    for ch in sorted(chosen):
-        plan.devices.append((str(ch), nodes_edits([chosen[ch]])))
-    return plan
+    return Plan(vendor="nvidia.com", cls="imex-channel",
+                devices=imex_channel_edits(roots.dev, device_ids, _plan_options(no_gids)))
 
 
-def class_plan(mode: str, roots: Roots) -> Plan:
-    """gds, mofed, gdrcopy, nvswitch: one `all` device with the class's nodes (gds also
-    mounts /run/udev and /etc/cufile.json when present). No nodes is an error."""
-    patterns, files = CLASS_DEVICES[mode]
-    by_path: dict[str, DeviceNode] = {}
-    for pattern in patterns:
-        for n in glob_nodes(roots.dev, pattern):
-            by_path.setdefault(n.path, n)
-    nodes = list(by_path.values())
-    if not nodes:
-        raise NctError(f"{mode} mode: no devices found under {_show(roots.dev, '/dev')} "
-                       f"(looked for {', '.join(patterns)})")
-    from nct.driver.rootpath import host_path, resolve_in_root
+def class_plan(mode: str, roots: Roots, no_gids: bool = False) -> Plan:
+    """gds, mofed, gdrcopy, nvswitch: one `all` device with the class's nodes (and files,
+    nct.edits.classes). No nodes is an error."""
+    from nct.edits.classes import class_edits
 
-    edits = nodes_edits(nodes, False)
-    for f in files:
-        real = resolve_in_root(roots.driver, f)
-        if real is not None and os.path.exists(host_path(roots.driver, real)):
-            edits.mounts.append(MountEdit(host_path=host_path(roots.driver, real), container_path=f, options=RO_MOUNT))
+    edits = class_edits(roots, mode, _plan_options(no_gids))
+    if not edits.device_nodes:
+        raise NctError(f"{mode} mode: no devices found under {show_path(roots.dev, '/dev')} "
+                       f"(looked for {', '.join(DEVICE_CLASSES[mode].nodes)})")
     return Plan(vendor="nvidia.com", cls=mode, devices=[("all", edits)], all_device=False)
-
-
-# --- device nodes ---------------------------------------------------------------------------
-
-def glob_nodes(dev_root: str, pattern: str) -> list[DeviceNode]:
-    """Character/block nodes matching `pattern` (a container path whose last part may hold
-    wildcards), looked up inside the dev root without following its symlinks outside."""
-    from nct.driver.rootpath import host_path, resolve_in_root
-
-    directory, pat = posixpath.split(pattern)
-    real = resolve_in_root(dev_root, directory)
-    if real is None:
-        return []
-    base = host_path(dev_root, real)
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
-    out = []
-    for name in names:
-        if not fnmatch.fnmatchcase(name, pat):
-            continue
-        try:
-            st = os.lstat(os.path.join(base, name))
-        except OSError:
-            continue
-        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-            continue
-        out.append(DeviceNode(path=posixpath.join(directory, name), host_path=os.path.join(base, name),
-                              major=os.major(st.st_rdev), minor=os.minor(st.st_rdev), mode=stat.S_IMODE(st.st_mode),
-                              uid=st.st_uid, gid=st.st_gid, type="b" if stat.S_ISBLK(st.st_mode) else "c"))
-    # natural order: nvidia2 before nvidia10
-    out.sort(key=lambda n: _natural(n.path))
-    return out
-
-
-def _natural(s: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
-
-
-def nodes_edits(nodes: list[DeviceNode], no_gids: bool = False) -> ContainerEdits:
-    """Device node entries as the planner writes them for a spec (full st_mode, rwm, gid,
-    additional GID for nodes that are not world read-write)."""
-    edits = ContainerEdits()
-    for n in nodes:
-        kind = stat.S_IFBLK if n.type == "b" else stat.S_IFCHR
-        edits.device_nodes.append(DeviceNodeEdit(
-            path=n.path, host_path=n.host_path, major=n.major, minor=n.minor, type=n.type,
-            file_mode=kind | (n.mode & 0o7777), permissions="rwm", gid=n.gid or None))
-        if not no_gids and n.gid and (n.mode & 0o006) != 0o006 and n.gid not in edits.additional_gids:
-            edits.additional_gids.append(n.gid)
-    return edits
-
-
-def _show(root: str, path: str) -> str:
-    return path if root in ("", "/") else root.rstrip("/") + path
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -521,5 +341,5 @@ def finish_spec(spec: dict, cap: str | None, *, schema: bool = False) -> dict:
 __all__ = [
     "GenerateOptions", "Plan", "generate", "generate_spec", "roots_for", "resolve_hook_path", "disabled_hooks",
     "discover_for_generate", "gpu_plan", "management_plan", "imex_plan", "class_plan", "select_for_spec",
-    "glob_nodes", "nodes_edits", "render_plan",
+    "render_plan",
 ]

@@ -2,7 +2,7 @@
 
 The planner never emits our own hooks: it says `symlinks`, `ldconfig_folders`,
 `proc_driver_gpus`, `cuda_compat_dir`. When edits are rendered into an OCI spec
-(`nct.oci.inject`) or a CDI spec (`nct.cdi.render`), this one function turns them into
+(`nct.cdi.inject`) or a CDI spec (`nct.cdi.render`), this one function turns them into
 createContainer hooks, so both renderings carry the same hooks in the same order:
 create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification.
 Every hook gets an explicit env: never the container's."""

@@ -94,7 +94,7 @@ class Registry(Record, frozen=False):
 
     def inject(self, oci_spec: dict, requested: Iterable[str]) -> dict:
         """Apply the requested devices to `oci_spec` (in place; returned)."""
-        from nct.oci.inject import apply_cdi_edits
+        from nct.cdi.inject import apply_cdi_edits
 
         combined = _append_edits(self.edits_for(requested))
         try:

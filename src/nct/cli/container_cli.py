@@ -157,7 +157,7 @@ def init_driver(opts: CliOptions, imex_channels=()) -> None:
     --no-create-imex-channels). Problems are debug-log warnings, never a failure."""
     if not opts.load_kmods:
         return
-    from nct.driver.devinit import init_driver as _init
+    from nct.nodeprep.devinit import init_driver as _init
 
     report = _init(opts.roots(), imex_channels=imex_channels, create_imex_channels=not opts.no_create_imex_channels)
     logging.getLogger("nct.driver").debug("--load-kmods: %s", report)

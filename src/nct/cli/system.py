@@ -7,26 +7,21 @@ nodes (nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools).
 
 Every path is rooted: --driver-root (modules via chroot), --dev-root (where /dev is) and
 NCT_PROC_ROOT (procfs: /proc/devices, mig-minors), so tests run against a temp tree.
-Planning is pure (lists of DevNode / argv); the thin layer below does mknod/symlink/exec.
+Planning and the actions (mknod, symlink, modprobe) are nct.nodeprep.devinit's; this is
+the click front end.
 """
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from nct.cli.errors import fail
-from nct.driver.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
-    ensure_dev_char_links,
+from nct.nodeprep.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
+    ensure_dev_char_links, load_modules, make_device_nodes,
     MODULES, DevNode, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
     existing_device_nodes, modprobe_argv, proc_root, read_majors, read_mig_minors, run_modprobe,
 )
 from nct.errors import NctError
-
-
-# ---------------------------------------------------------------------------------------
-# actions
 
 
 class _Log:
@@ -36,37 +31,6 @@ class _Log:
     def __call__(self, msg: str) -> None:
         if not self.quiet:
             click.echo(msg, err=True)
-
-
-def load_modules(driver_root: str, dry_run: bool, log: _Log) -> None:
-    for module in MODULES:
-        argv = modprobe_argv(driver_root, module)
-        log("Running: " + " ".join(argv))
-        if dry_run:
-            continue
-        try:
-            status, detail = run_modprobe(driver_root, module)
-        except OSError as e:
-            raise NodeError(f"failed to load module {module}: {argv[0]}: {e.strerror or e}") from None
-        if status != 0:
-            detail = f": {detail}" if detail else ""
-            raise NodeError(f"failed to load module {module}: {' '.join(argv)} exited {status}{detail}")
-
-
-def make_device_nodes(nodes: list[DevNode], dry_run: bool, log: _Log) -> None:
-    """mknod each missing node, mode 0666; an existing path is left alone."""
-    for node in nodes:
-        if os.path.lexists(node.path):
-            log(f"Skipping: {node.path} already exists")
-            continue
-        log(f"Running: mknod --mode={node.mode:04o} {node.path} c {node.major} {node.minor}")
-        if dry_run:
-            continue
-        try:
-            if not create_node(node):
-                log(f"Skipping: {node.path} already exists")
-        except OSError as e:
-            raise NodeError(f"failed to create device node {node.path}: {e.strerror or e}") from None
 
 
 # ---------------------------------------------------------------------------------------

@@ -113,6 +113,55 @@ def drm_nodes(dev_root: str, bus_id: str, sys_root: str | None = None) -> list[D
     return sorted((n for n in nodes if n is not None), key=lambda n: (not n.path.startswith(f"{DRI_DIR}/card"), n.path))
 
 
+def glob_nodes(dev_root: str, pattern: str) -> list[DeviceNode]:
+    """Character/block nodes matching `pattern` (a container path whose last part may hold
+    wildcards), in natural order (nvidia2 before nvidia10). The directory is resolved inside
+    the dev root as a chroot would, and a matching name is lstat'ed, never followed: a
+    symlink (to a node outside the root, say) is not a node of the dev root."""
+    import fnmatch  # not on the hook's path: fnmatch imports re
+
+    directory, pat = os.path.split(pattern)
+    real = resolve_in_root(dev_root, directory)
+    if real is None:
+        return []
+    base = host_path(dev_root, real)
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not fnmatch.fnmatchcase(name, pat):
+            continue
+        try:
+            st = os.lstat(os.path.join(base, name))
+        except OSError:
+            continue
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            continue
+        out.append(DeviceNode(path=os.path.join(directory, name), host_path=os.path.join(base, name),
+                              major=os.major(st.st_rdev), minor=os.minor(st.st_rdev), mode=stat.S_IMODE(st.st_mode),
+                              uid=st.st_uid, gid=st.st_gid, type="b" if stat.S_ISBLK(st.st_mode) else "c"))
+    out.sort(key=lambda n: _natural(n.path))
+    return out
+
+
+def _natural(s: str) -> list:
+    """`s` as alternating text and numbers (text first, as re.split(r"(\\d+)") gives; no
+    `re` here, the hook imports this module): a natural sort key."""
+    parts: list = []
+    run = ""
+    for ch in s:
+        if ch.isdecimal() != (len(parts) % 2 == 1):  # the run ends: text at even, numbers at odd places
+            parts.append(int(run) if len(parts) % 2 else run)
+            run = ""
+        run += ch
+    parts.append(int(run) if len(parts) % 2 else run)
+    if len(parts) % 2 == 0:
+        parts.append("")
+    return parts
+
+
 def _short(bus_id: str) -> str:
     dom, _, rest = bus_id.partition(":")
     try:

@@ -221,6 +221,41 @@ def add_nvml_facts(node: Node) -> Node:
                         nvml_error=None)
 
 
+def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
+    """`node` with the catalogue libraries found in `dirs` (paths inside the driver root,
+    looked up as discovery looks up ld cache entries: same version and ELF checks): `cdi
+    generate --library-search-path`, added to, or replacing, what the ld cache gave."""
+    from nct.driver.ldcache import CacheEntry
+    from nct.errors import NctError
+
+    entries = []
+    for d in dirs:
+        if not d.startswith("/"):
+            raise NctError(f"--library-search-path {d!r}: must be an absolute path")
+        real = resolve_in_root(node.roots.driver, d)
+        if real is None:
+            continue
+        try:
+            names = sorted(os.listdir(host_path(node.roots.driver, real)))
+        except OSError:
+            continue
+        # FLAG_ELF: no ABI claimed, the ELF check of each candidate decides.
+        entries += [CacheEntry(key=n, path=os.path.join(real, n), flags=0x0001)
+                    for n in names if n.startswith("lib") and ".so" in n]
+    cache = LdCache(path="<library-search-path>", format="new", entries=tuple(entries))
+    found = (libs.find_libraries(node.roots.driver, cache, node.driver_version)
+             + libs.find_libraries(node.roots.driver, cache, node.driver_version, compat32=True))
+    if not found:
+        return node
+    keys = {(f.kind, f.name) for f in found}
+    files = [f for f in node.files if (f.kind, f.name) not in keys]
+    at = next((i for i, f in enumerate(files) if f.kind in ("lib", "lib32")), len(files))
+    files[at:at] = found
+    lib_dirs = list(dict.fromkeys([os.path.dirname(f.host_path) for f in found if f.kind == "lib"]
+                                  + list(node.lib_dirs)))
+    return node.replace(files=tuple(files), lib_dirs=tuple(lib_dirs))
+
+
 def _catalogue_libs() -> frozenset[str]:
     from nct.driver.catalogue import all_library_names
 

@@ -2,7 +2,7 @@
 
 Computed by the pure planner (`nct.edits.planner.plan`) from (Node, ContainerRequest) and
 rendered three ways: applied to a live container (`nct.container.apply`), applied to an OCI
-spec (`nct.oci.inject`), or serialised as a CDI spec (`nct.cdi.generate`). The fields mirror
+spec (`nct.cdi.inject`), or serialised as a CDI spec (`nct.cdi.generate`). The fields mirror
 CDI's containerEdits so that the CDI rendering is a plain serialisation; `proc_driver_gpus`
 and `ldconfig_folders`/`symlinks` are expressed in CDI as nvidia-cdi-hook invocations.
 """

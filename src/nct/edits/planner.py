@@ -1,5 +1,11 @@
 """The planner: (Node, ContainerRequest) -> ContainerEdits, as a pure function.
 
+The one place that decides what a container or a CDI device gets, for every front end
+(the hook and `nvidia-container-cli` live, the runtime's jit-cdi and legacy modifiers,
+`cdi generate`), as upstream's pkg/nvcdi serves both static and just-in-time CDI. Device
+classes, management and IMEX-channel specs are in nct.edits.classes, selection in
+nct.edits.select; front ends only orchestrate and render.
+
 Two targets share the same building blocks:
 - "live": what `nvidia-container-cli configure` puts in a running container (libraries
   bind-mounted into the image's library dir, binaries into /usr/bin, only what the
@@ -18,6 +24,7 @@ import posixpath
 import stat
 
 from nct.driver.catalogue import CAPABILITY_LIBRARY_SETS
+from nct.driver.devices import IMEX_DIR
 from nct.driver.model import DeviceNode, DriverFile, Gpu, MigDevice, Node
 from nct.edits.model import IPC_MOUNT, RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit, SymlinkEdit
 from nct.edits.select import Selection, normalise_bus_id, select_devices
@@ -29,16 +36,16 @@ from nct.limits import is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
-    "mig_admin_edits", "imex_edits", "container_lib_dirs", "PROC_MOUNT",
+    "mig_admin_edits", "imex_edits", "imex_channels_by_id", "imex_channel_id", "graphics_edits", "nodes_edits",
+    "container_lib_dirs", "PROC_MOUNT",
 ]
 
 # /proc files bound into a live container (upstream: ro, nosuid, nodev, noexec).
 PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
-IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
 # Channels a live container may get without the node existing (made with --load-kmods):
-# the driver's default NVreg_ImexChannelCount is 2048 (nct.driver.devinit.IMEX_MAX_CHANNEL).
+# the driver's default NVreg_ImexChannelCount is 2048 (nct.nodeprep.devinit.IMEX_MAX_CHANNEL).
 IMEX_MAX_CHANNEL = 2047
 
 # Debian multiarch triplets: machine -> (native, 32-bit).
@@ -128,6 +135,10 @@ def plan(node: Node, request: ContainerRequest, options: PlanOptions | None = No
         edits = edits.merge(imex_edits(node, opts.imex_channels, opts))
     if opts.live and _compute_libs(caps) and request.cuda_compat_mode in ("ldconfig", "mount"):
         edits.cuda_compat_dir = opts.cuda_compat_dir
+    if request.gated_modes:  # the runtime's NVIDIA_GDS=enabled, ...
+        from nct.edits.classes import gated_edits
+
+        edits = edits.merge(gated_edits(node.roots, request.gated_modes, opts))
     return edits
 
 
@@ -231,15 +242,14 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
     node is the caller's business)."""
     options = options or PlanOptions()
     b = _Builder(node, options)
-    by_id = {_channel_id(d): d for d in node.imex_channels}
+    by_id = imex_channels_by_id(node.imex_channels)
     major = node.majors.get(IMEX_MAJOR_NAME)
     for ch in channels:
         if str(ch).lower() == "all":
-            for dn in node.imex_channels:
-                b.device(dn)
+            for each in node.imex_channels:
+                b.device(each)
             continue
-        key = str(ch)[len("channel"):] if str(ch).startswith("channel") else str(ch)
-        n = int(key) if is_number(key) else None
+        n = imex_channel_id(str(ch))
         dn = by_id.get(n) if n is not None else None
         if dn is None and n is not None and options.live and major is not None and n <= IMEX_MAX_CHANNEL:
             path = f"{IMEX_DIR}/channel{n}"
@@ -250,12 +260,45 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
     return b.edits
 
 
+def graphics_edits(node: Node, request: ContainerRequest, options: PlanOptions | None = None) -> ContainerEdits:
+    """The runtime's legacy graphics modifier: the selected GPUs' DRM nodes and
+    /dev/dri/by-path links, plus the graphics config files (EGL/Vulkan/OpenCL ICDs) with
+    graphics or display, and the Xorg files with display."""
+    options = options or PlanOptions(target="spec", check_requirements=False)
+    edits = ContainerEdits()
+    selection = select_devices(node, request.devices)
+    # upstream matches DRM nodes to the requested GPUs by minor, UUID or bus id: a MIG
+    # device (i:j, MIG-...) matches none, so a slice never gets its parent's render node
+    for gpu in selection.gpus:
+        if gpu.index in selection.mig_parents:
+            continue
+        g = gpu_edits(node, gpu, options)
+        edits.device_nodes += [d for d in g.device_nodes if d.path.startswith("/dev/dri/")]
+        edits.symlinks += [s for s in g.symlinks if s.link.startswith("/dev/dri/")]
+    caps = set(request.capabilities)
+    for f in node.files:
+        if (f.kind == "config" and caps & {"graphics", "display"}) or (f.kind == "xorg" and "display" in caps):
+            m = MountEdit(host_path=f.host_path, container_path=f.container_path, options=RO_MOUNT)
+            if m not in edits.mounts:
+                edits.mounts.append(m)
+    return edits
+
+
+def nodes_edits(nodes, options: PlanOptions | None = None) -> ContainerEdits:
+    """Device nodes as a container or spec gets them (one entry per container path; for a
+    spec: full st_mode, rwm, the node's gid and an additional GID when not world rw)."""
+    b = _Builder(None, options or PlanOptions(target="spec"))
+    for dn in nodes:
+        b.device(dn)
+    return b.edits
+
+
 # --- internals -------------------------------------------------------------------------------
 
 class _Builder:
     """Accumulates edits without duplicates (by container path for mounts and nodes)."""
 
-    def __init__(self, node: Node, options: PlanOptions) -> None:
+    def __init__(self, node: Node | None, options: PlanOptions) -> None:
         self.node = node
         self.options = options
         self.edits = ContainerEdits()
@@ -450,8 +493,17 @@ def _proc_container_path(node: Node, host_path: str) -> str:
     return host_path
 
 
-def _channel_id(dn: DeviceNode) -> int:
-    name = posixpath.basename(dn.path)
-    digits = name[len("channel"):] if name.startswith("channel") else ""
-    return int(digits) if digits.isdigit() else dn.minor
+def imex_channels_by_id(nodes) -> dict[int, DeviceNode]:
+    """IMEX channel nodes by channel number (from the name channelN, else the minor)."""
+    out = {}
+    for dn in nodes:
+        name = posixpath.basename(dn.path)
+        digits = name[len("channel"):] if name.startswith("channel") else ""
+        out[int(digits) if digits.isdigit() else dn.minor] = dn
+    return out
 
+
+def imex_channel_id(text: str) -> int | None:
+    """A requested channel, N or channelN, as a number; None when it is neither."""
+    key = text[len("channel"):] if text.startswith("channel") else text
+    return int(key) if is_number(key) else None

@@ -1,9 +1,13 @@
 """Device selection: which GPUs and MIG devices a list of requested ids names.
 
-Follows libnvidia-container's rules: `all` (any case) selects every GPU and MIG device;
-otherwise each id is tried as a GPU (GPU- UUID any case, PCI bus id, index) and then as a
-MIG device (MIG- UUID, `i:j`), which also selects its parent GPU. Anything else is an
-"unknown device" error naming the id. Excluded GPUs are invisible, as they are to NVML.
+The one selector of nct, for containers (hook, runtime) and for CDI specs (`cdi generate
+--device-id`). For a container it follows libnvidia-container's rules: `all` (any case)
+selects every GPU and MIG device; otherwise each id is tried as a GPU (GPU- UUID any case,
+PCI bus id, index) and then as a MIG device (MIG- UUID, `i:j`), which also selects its
+parent GPU. For a spec (`spec=True`) it follows upstream's nvcdi: `all` is every GPU
+without MIG and every MIG device, `none` is allowed, PCI bus ids are not, and devices come
+in node order. Anything else is an "unknown device" error naming the id. Excluded GPUs are
+invisible, as they are to NVML.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ if TYPE_CHECKING:  # pragma: no cover
 class Selection(Record):
     """Selected devices in node order; `all` records that `all` was asked for.
     `mig_parents`: indices of GPUs in `gpus` only because one of their MIG devices was
-    asked for (they get their /dev/nvidiaN, never the whole GPU's DRM nodes)."""
+    asked for (they get their /dev/nvidiaN, never the whole GPU's DRM nodes). `none`: a
+    spec selection named `none` (the spec gets a `none` device)."""
 
     gpus: tuple[Gpu, ...] = ()
     migs: tuple[MigDevice, ...] = ()
     all: bool = False
     mig_parents: tuple[int, ...] = ()
+    none: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)
@@ -49,13 +55,16 @@ def visible_gpus(node: Node) -> tuple[Gpu, ...]:
     return tuple(g for g in node.gpus if not g.excluded)
 
 
-def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
+def select_devices(node: Node, ids: Iterable[str] | str, *, spec: bool = False) -> Selection:
     """Resolve requested ids (a comma string or a sequence) against the node, in request
-    order as libnvidia-container does. Each id is one dict look-up (an index of the node
-    is built once): linear in the number of ids whatever the node's size."""
+    order as libnvidia-container does (node order for a spec). Each id is one dict look-up
+    (an index of the node is built once): linear in the number of ids whatever the node's
+    size."""
     if isinstance(ids, str):
         ids = ids.split(",")
     gpus = visible_gpus(node)
+    if spec:
+        return _select_for_spec(node, gpus, ids)
     index: _Index | None = None
     picked_gpus: dict[int, Gpu] = {}  # by id(): ordered sets
     picked_migs: dict[int, MigDevice] = {}
@@ -82,6 +91,41 @@ def select_devices(node: Node, ids: Iterable[str] | str) -> Selection:
         raise UnknownDevice(dev, _why_unknown(node, dev))
     return Selection(gpus=tuple(picked_gpus.values()), migs=tuple(picked_migs.values()),
                      mig_parents=tuple(g.index for g in picked_gpus.values() if g.index not in full))
+
+
+def _select_for_spec(node: Node, gpus: tuple[Gpu, ...], ids: Iterable[str]) -> Selection:
+    index = _Index(gpus)
+    picked_gpus: dict[int, Gpu] = {}
+    picked_migs: dict[int, MigDevice] = {}
+    none = False
+    for raw in ids:
+        dev = raw.strip()
+        low = dev.lower()
+        if not dev:
+            continue
+        if low == "all":
+            for g in gpus:
+                if not (g.mig_enabled or g.migs):
+                    picked_gpus.setdefault(id(g), g)
+            for g in gpus:
+                for m in g.migs:
+                    picked_migs.setdefault(id(m), m)
+            continue
+        if low == "none":
+            none = True
+            continue
+        gpu = index.gpu(dev, bus=False)
+        if gpu is not None:
+            picked_gpus.setdefault(id(gpu), gpu)
+            continue
+        found = index.mig(dev)
+        if found is None:
+            raise UnknownDevice(dev, _why_unknown(node, dev))
+        picked_migs.setdefault(id(found[0]), found[0])
+    order = {g.index: i for i, g in enumerate(gpus)}
+    return Selection(gpus=tuple(sorted(picked_gpus.values(), key=lambda g: order.get(g.index, 0))),
+                     migs=tuple(sorted(picked_migs.values(), key=lambda m: (order.get(m.parent_index, 0), m.ordinal))),
+                     none=none)
 
 
 class UnknownDevice(RequestError):
@@ -149,14 +193,15 @@ class _Index:
     def _parent(self, gpus: tuple[Gpu, ...], mig: MigDevice) -> Gpu:
         return self.by_index.get(mig.parent_index) or next(g for g in gpus if g.index == mig.parent_index)
 
-    def gpu(self, dev: str) -> Gpu | None:
+    def gpu(self, dev: str, *, bus: bool = True) -> Gpu | None:
+        """By GPU- UUID, PCI bus id (unless `bus` is False) or index."""
         if dev[:4].upper() == "GPU-" and len(dev) > 4:
             hit = self.by_uuid.get(dev.lower())
             if hit is not None:
                 return hit
-        bus = normalise_bus_id(dev)
-        if bus is not None and bus in self.by_bus:
-            return self.by_bus[bus]
+        pci = normalise_bus_id(dev) if bus else None
+        if pci is not None and pci in self.by_bus:
+            return self.by_bus[pci]
         if is_number(dev):
             return self.by_index.get(int(dev))
         return None

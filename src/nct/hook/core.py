@@ -74,11 +74,11 @@ def _isdir(st: os.stat_result) -> bool:
 
 def init_driver(settings: Settings, request: ContainerRequest | None = None):
     """upstream's init before discovery when load_kmods is set: load the NVIDIA modules the
-    kernel lacks and mknod missing nodes (nct.driver.devinit). Never raises for a node
+    kernel lacks and mknod missing nodes (nct.nodeprep.devinit). Never raises for a node
     problem (discovery reports a missing driver); returns the InitReport, or None."""
     if not settings.load_kmods:
         return None
-    from nct.driver.devinit import init_driver as _init
+    from nct.nodeprep.devinit import init_driver as _init
 
     # IMEX channel nodes are the request's own: made by configure(), once the whole request
     # has been planned and checked (a request that fails leaves no node behind)
@@ -189,19 +189,15 @@ def make_request_nodes(edits: ContainerEdits, settings: Settings):
     after the whole request has been planned. Returns the devinit.MadeNodes, or None."""
     if not settings.load_kmods or settings.no_create_imex_channels:
         return None
-    from nct.driver.devinit import DevNode, MadeNodes, rooted
-    from nct.edits.planner import IMEX_DIR
+    from nct.nodeprep.devinit import MadeNodes, imex_nodes_to_make
 
-    dev_root = settings.roots.dev or "/"
     made = MadeNodes()
-    for d in edits.device_nodes:
-        if not d.path.startswith(IMEX_DIR + "/") or d.host_path != rooted(dev_root, d.path):
-            continue
+    for node in imex_nodes_to_make(edits.device_nodes, settings.roots.dev or "/"):
         try:
-            if made.make(DevNode(d.host_path, d.major, d.minor, 0o666, dev_root)):
-                log.debug("created %s (%d:%d)", d.host_path, d.major, d.minor)
+            if made.make(node):
+                log.debug("created %s (%d:%d)", node.path, node.major, node.minor)
         except OSError as e:  # the apply step names the missing node
-            log.debug("could not create device node %s: %s", d.host_path, e.strerror or e)
+            log.debug("could not create device node %s: %s", node.path, e.strerror or e)
     return made
 
 

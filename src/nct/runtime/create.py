@@ -119,37 +119,12 @@ def dev_roots(cfg) -> tuple[str, ...]:
 
 
 def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_path: str = "/dev/char") -> int:
-    """/dev/char links for the char devices the modifiers added to the spec (looked up under
-    each dev root and checked to be that very device): systemd resolves the container's
-    DeviceAllow entries through them, and drops the devices it cannot resolve on its next
-    reload (see nct.driver.devinit.ensure_dev_char_links). Returns the links made."""
-    import stat
+    """/dev/char links for the char devices the modifiers added to the spec: systemd
+    resolves the container's DeviceAllow entries through them, and drops the devices it
+    cannot resolve on its next reload (nct.nodeprep.devinit). Returns the links made."""
+    from nct.nodeprep.devinit import added_char_devices, ensure_dev_char_links
 
-    from nct.driver.devinit import DevNode, ensure_dev_char_links, rooted
-
-    def devices(spec: dict) -> list[dict]:
-        linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
-        return [d for d in linux.get("devices") or [] if isinstance(d, dict)]
-
-    def key(d: dict) -> tuple:
-        return d.get("path"), d.get("type"), d.get("major"), d.get("minor")
-
-    before = {key(d) for d in devices(old)}
-    nodes = []
-    for d in devices(new):
-        major, minor, path = d.get("major"), d.get("minor"), d.get("path")
-        if d.get("type") != "c" or key(d) in before or not isinstance(path, str) \
-                or not isinstance(major, int) or not isinstance(minor, int):
-            continue
-        for root in roots:
-            host = rooted(root, path)
-            try:
-                st = os.stat(host)
-            except OSError:
-                continue
-            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
-                nodes.append(DevNode(host, major, minor))
-                break
+    nodes = added_char_devices(old, new, roots)
     return ensure_dev_char_links(nodes, dev_char_path, log=lambda msg: log.debug(msg))
 
 

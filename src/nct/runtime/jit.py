@@ -1,25 +1,15 @@
 """The runtime's device injection: just-in-time edits from our own discovery (upstream's
 in-memory `runtime.nvidia.com` CDI spec), CDI spec dirs, feature-gated device classes
 and the legacy graphics extras. Imported only on `create`.
+
+Orchestration only: every decision is the planner's (nct.edits), rendering into the
+OCI spec is nct.cdi.inject's.
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import stat
-
-from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
+from nct.edits.model import ContainerEdits
 from nct.errors import SpecError
-
-# Feature-gated classes (NVIDIA_GDS=enabled, ...): device node globs under the dev root,
-# and files mounted only when such a device exists.
-GATED_DEVICES = {
-    "gds": (("/dev/nvidia-fs*",), ("/run/udev", "/etc/cufile.json")),
-    "mofed": (("/dev/infiniband/uverbs*", "/dev/infiniband/rdma_cm"), ()),
-    "gdrcopy": (("/dev/gdrdrv",), ()),
-    "nvswitch": (("/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch*"), ()),
-}
 
 
 def _plan_options(cfg):
@@ -36,7 +26,7 @@ def _plan_options(cfg):
 
 
 def _apply(spec: dict, edits: ContainerEdits, cfg, hook_path: str, driver_version: str | None) -> dict:
-    from nct.oci.inject import apply_edits_to_spec
+    from nct.cdi.inject import apply_edits_to_spec
 
     return apply_edits_to_spec(
         spec, edits, hook_path=hook_path, driver_version=driver_version,
@@ -48,78 +38,27 @@ def jit_edits(node, request, cfg) -> ContainerEdits:
     """Common edits + the requested GPUs/MIG devices (+ IMEX channels, gated classes)."""
     from nct.edits.planner import plan
 
-    edits = plan(node, request, _plan_options(cfg))
-    for mode in request.gated_modes:
-        edits = edits.merge(gated_edits(node.roots.dev, mode))
-    return edits
+    return plan(node, request, _plan_options(cfg))
 
 
 def jit_inject(spec: dict, node, request, cfg, hook_path: str) -> dict:
     return _apply(spec, jit_edits(node, request, cfg), cfg, hook_path, node.driver_version)
 
 
-def gated_edits(dev_root: str, mode: str) -> ContainerEdits:
-    """Device nodes of one feature-gated class that exist under `dev_root`."""
-    patterns, files = GATED_DEVICES[mode]
-    root = dev_root or "/"
-    edits = ContainerEdits()
-    for pattern in patterns:
-        for host in sorted(glob.glob(os.path.join(root, pattern.lstrip("/")))):
-            try:
-                st = os.stat(host)
-            except OSError:
-                continue
-            if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-                continue
-            path = "/" + os.path.relpath(host, root)
-            edits.device_nodes.append(DeviceNodeEdit(
-                path=path, host_path=host, major=os.major(st.st_rdev), minor=os.minor(st.st_rdev),
-                type="b" if stat.S_ISBLK(st.st_mode) else "c", file_mode=st.st_mode, permissions="rwm",
-            ))
-    if edits.device_nodes:
-        for f in files:
-            host = os.path.join(root, f.lstrip("/"))
-            if os.path.exists(host):
-                edits.mounts.append(MountEdit(host_path=host, container_path=f, options=RO_MOUNT))
-    return edits
-
-
 def gated_inject(spec: dict, request, cfg, hook_path: str) -> dict:
     """legacy/csv: only the gated classes' nodes (the legacy hook brings the driver)."""
-    edits = ContainerEdits()
-    dev_root = cfg.nvidia_container_cli.root or "/"
-    for mode in request.gated_modes:
-        edits = edits.merge(gated_edits(dev_root, mode))
+    from nct.driver.discover import roots_from_config
+    from nct.edits.classes import gated_edits
+
+    edits = gated_edits(roots_from_config(cfg), request.gated_modes, _plan_options(cfg))
     if edits.is_empty():
         return spec
     return _apply(spec, edits, cfg, hook_path, None)
 
 
-def graphics_edits(node, request) -> ContainerEdits:
-    """legacy graphics modifier: the selected GPUs' DRM nodes and /dev/dri/by-path links,
-    plus the graphics config files (EGL/Vulkan/OpenCL ICDs, X configs)."""
-    from nct.edits.planner import PlanOptions, gpu_edits, select_devices
-
-    opts = PlanOptions(target="spec", check_requirements=False)
-    edits = ContainerEdits()
-    selection = select_devices(node, request.devices)
-    # upstream matches DRM nodes to the requested GPUs by minor, UUID or bus id: a MIG
-    # device (i:j, MIG-...) matches none, so a slice never gets its parent's render node
-    gpus = [g for g in selection.gpus if g.index not in selection.mig_parents]
-    for gpu in gpus:
-        g = gpu_edits(node, gpu, opts)
-        edits.device_nodes += [d for d in g.device_nodes if d.path.startswith("/dev/dri/")]
-        edits.symlinks += [s for s in g.symlinks if s.link.startswith("/dev/dri/")]
-    caps = set(request.capabilities)
-    for f in node.files:
-        if (f.kind == "config" and caps & {"graphics", "display"}) or (f.kind == "xorg" and "display" in caps):
-            m = MountEdit(host_path=f.host_path, container_path=f.container_path, options=RO_MOUNT)
-            if m not in edits.mounts:
-                edits.mounts.append(m)
-    return edits
-
-
 def graphics_inject(spec: dict, node, request, cfg, hook_path: str) -> dict:
+    from nct.edits.planner import graphics_edits
+
     edits = graphics_edits(node, request)
     if edits.is_empty():
         return spec
@@ -141,5 +80,4 @@ def inject_from_registry(spec: dict, names: list[str], spec_dirs, log) -> dict:
     return registry.inject(spec, names)
 
 
-__all__ = ["jit_edits", "jit_inject", "gated_edits", "gated_inject", "graphics_edits",
-           "graphics_inject", "inject_from_registry"]
+__all__ = ["jit_edits", "jit_inject", "gated_inject", "graphics_inject", "inject_from_registry"]

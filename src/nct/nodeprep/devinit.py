@@ -110,29 +110,47 @@ def gpu_major_of(majors: dict[str, int]) -> int | None:
     return majors.get("nvidia-frontend", majors.get("nvidia"))
 
 
-def init_plan(dev_root: str, majors: dict[str, int], gpu_minors: list[int], *, modeset: bool = True,
-              caps: list[tuple[int, int]] = (), imex: list[int] = ()) -> list[DevNode]:
-    """Every node --load-kmods ensures, for the drivers the kernel has a major for:
-    nvidiactl + /dev/nvidia<minor> (GPU major), nvidia-modeset (when that module is
-    loaded), nvidia-caps nodes `caps` ((minor, mode) pairs; caps major), IMEX channels
-    `imex` (IMEX major), nvidia-uvm(-tools) (uvm major). Order follows the module loads."""
+def node_plan(dev_root: str, majors: dict[str, int], *, control: bool = True, gpus=(), modeset: bool = True,
+              caps: list[tuple[int, int]] | tuple = (), imex=(), proc: str | None = None) -> list[DevNode]:
+    """The one node planner: the nodes the driver's state calls for, in the order the
+    module loads make them: nvidiactl (with `control`) and /dev/nvidia<minor> for `gpus`
+    (GPU major), nvidia-caps nodes `caps` ((minor, mode) pairs; caps major), IMEX channels
+    `imex` (IMEX major), nvidia-uvm(-tools) (uvm major) and nvidia-modeset (with `control`,
+    and `modeset`: that module loaded). Without `proc` (--load-kmods) a kind whose major
+    the kernel lacks is left out; with `proc` (the system commands) a missing GPU or uvm
+    major is an error naming <proc>/devices. One node per path."""
+    if proc is not None:
+        if control or gpus:
+            gpu_major(majors, proc)
+        if control:
+            named_major(majors, "nvidia-uvm", proc)
+        if caps:
+            named_major(majors, CAPS_MAJOR, proc)
     nodes: list[DevNode] = []
     gpu = gpu_major_of(majors)
     if gpu is not None:
-        nodes.append(_node(dev_root, "/dev/nvidiactl", gpu, CONTROL_MINORS["nvidiactl"]))
-        nodes += [_node(dev_root, f"/dev/nvidia{m}", gpu, m) for m in gpu_minors]
+        if control:
+            nodes.append(_node(dev_root, "/dev/nvidiactl", gpu, CONTROL_MINORS["nvidiactl"]))
+        nodes += [_node(dev_root, f"/dev/nvidia{m}", gpu, m) for m in gpus]
     if CAPS_MAJOR in majors:
         nodes += [_node(dev_root, cap_path(minor), majors[CAPS_MAJOR], minor, mode) for minor, mode in caps]
     if IMEX_MAJOR in majors:
         nodes += [_node(dev_root, f"/dev/nvidia-caps-imex-channels/channel{c}", majors[IMEX_MAJOR], c)
                   for c in imex]
-    if "nvidia-uvm" in majors:
+    if control and "nvidia-uvm" in majors:
         uvm = majors["nvidia-uvm"]
         nodes.append(_node(dev_root, "/dev/nvidia-uvm", uvm, CONTROL_MINORS["nvidia-uvm"]))
         nodes.append(_node(dev_root, "/dev/nvidia-uvm-tools", uvm, CONTROL_MINORS["nvidia-uvm-tools"]))
-    if gpu is not None and modeset:
+    if control and gpu is not None and modeset:
         nodes.append(_node(dev_root, "/dev/nvidia-modeset", gpu, CONTROL_MINORS["nvidia-modeset"]))
     return list({n.path: n for n in nodes}.values())
+
+
+def init_plan(dev_root: str, majors: dict[str, int], gpu_minors: list[int], *, modeset: bool = True,
+              caps: list[tuple[int, int]] | tuple = (), imex=()) -> list[DevNode]:
+    """Every node --load-kmods ensures, for the drivers the kernel has a major for: the
+    control nodes, /dev/nvidia<minor> of `gpu_minors`, caps and IMEX channels (node_plan)."""
+    return node_plan(dev_root, majors, gpus=gpu_minors, modeset=modeset, caps=caps, imex=imex)
 
 
 def missing_nodes(nodes: list[DevNode]) -> list[DevNode]:
@@ -345,46 +363,34 @@ def existing_device_nodes(dev_root: str) -> list[DevNode]:
 def all_possible_device_nodes(
     dev_root: str, majors: dict[str, int], mig_minors: dict[str, int] | None, gpu_count: int, proc: str
 ) -> list[DevNode]:
-    """Every node the driver could create for `gpu_count` GPUs: control nodes, MIG
-    config/monitor caps, /dev/nvidiaN and each GPU's GI/CI access caps."""
+    """Every node the driver could create for `gpu_count` GPUs (node_plan): control nodes,
+    /dev/nvidiaN, and with MIG support (mig-minors readable) the MIG config/monitor caps and
+    each GPU's GI/CI access caps."""
     if gpu_count == 0:
         return []
-    gpu = gpu_major(majors, proc)
-    uvm = named_major(majors, "nvidia-uvm", proc)
-    caps = named_major(majors, CAPS_MAJOR, proc) if mig_minors is not None else None
-    mig = mig_minors or {}
-    nodes = [
-        _node(dev_root, "/dev/nvidia-modeset", gpu, CONTROL_MINORS["nvidia-modeset"]),
-        _node(dev_root, "/dev/nvidiactl", gpu, CONTROL_MINORS["nvidiactl"]),
-        _node(dev_root, "/dev/nvidia-uvm", uvm, CONTROL_MINORS["nvidia-uvm"]),
-        _node(dev_root, "/dev/nvidia-uvm-tools", uvm, CONTROL_MINORS["nvidia-uvm-tools"]),
-    ]
-    for name in ("config", "monitor"):
-        if name in mig and caps is not None:
-            nodes.append(_node(dev_root, cap_path(mig[name]), caps, mig[name]))
-    for index in range(gpu_count):
-        nodes.append(_node(dev_root, f"/dev/nvidia{index}", gpu, index))
-        if caps is None:
-            continue
-        gi = 0
-        while f"gpu{index}/gi{gi}/access" in mig:
-            minor = mig[f"gpu{index}/gi{gi}/access"]
-            nodes.append(_node(dev_root, cap_path(minor), caps, minor))
-            ci = 0
-            while f"gpu{index}/gi{gi}/ci{ci}/access" in mig:
-                minor = mig[f"gpu{index}/gi{gi}/ci{ci}/access"]
-                nodes.append(_node(dev_root, cap_path(minor), caps, minor))
-                ci += 1
-            gi += 1
-    return nodes
+    gpu_major(majors, proc)
+    named_major(majors, "nvidia-uvm", proc)
+    caps: list[tuple[int, int]] = []
+    if mig_minors is not None:
+        named_major(majors, CAPS_MAJOR, proc)
+        mig = mig_minors
+        caps += [(mig[name], 0o666) for name in ("config", "monitor") if name in mig]
+        for index in range(gpu_count):
+            gi = 0
+            while f"gpu{index}/gi{gi}/access" in mig:
+                caps.append((mig[f"gpu{index}/gi{gi}/access"], 0o666))
+                ci = 0
+                while f"gpu{index}/gi{gi}/ci{ci}/access" in mig:
+                    caps.append((mig[f"gpu{index}/gi{gi}/ci{ci}/access"], 0o666))
+                    ci += 1
+                gi += 1
+    return node_plan(dev_root, majors, gpus=range(gpu_count), caps=caps, proc=proc)
 
 
 def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> list[DevNode]:
-    """nvidiactl, nvidia-modeset (GPU major), nvidia-uvm, nvidia-uvm-tools (UVM major)."""
-    gpu = gpu_major(majors, proc)
-    uvm = named_major(majors, "nvidia-uvm", proc)
-    major = {"nvidiactl": gpu, "nvidia-modeset": gpu, "nvidia-uvm": uvm, "nvidia-uvm-tools": uvm}
-    return [_node(dev_root, f"/dev/{n}", major[n], CONTROL_MINORS[n]) for n in CONTROL_NODES]
+    """nvidiactl, nvidia-uvm, nvidia-uvm-tools (uvm major), nvidia-modeset (GPU major):
+    node_plan's control nodes; a missing major is an error."""
+    return node_plan(dev_root, majors, proc=proc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -427,6 +433,46 @@ def ensure_dev_char_links(nodes: list[DevNode], dev_char_path: str = "/dev/char"
             except OSError:
                 pass
     return made
+
+
+def imex_nodes_to_make(device_nodes, dev_root: str) -> list[DevNode]:
+    """The IMEX channel nodes of a container's planned device nodes (nct.edits
+    DeviceNodeEdit) that lie where the dev root puts them: what --load-kmods makes for a
+    request (mode 0666), once the whole request is planned."""
+    prefix = "/dev/nvidia-caps-imex-channels/"
+    return [DevNode(d.host_path, d.major, d.minor, 0o666, dev_root) for d in device_nodes
+            if d.path.startswith(prefix) and d.host_path == rooted(dev_root, d.path)]
+
+
+def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[DevNode]:
+    """The char devices an OCI spec edit added (in `new`'s linux.devices, not in `old`'s),
+    each looked up under the dev roots in turn and kept only when the node there is that
+    very device: what the runtime links under /dev/char for the systemd cgroup driver."""
+    def devices(spec: dict) -> list[dict]:
+        linux = spec.get("linux")
+        listed = linux.get("devices") if isinstance(linux, dict) else None
+        return [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+
+    def key(d: dict) -> tuple:
+        return d.get("path"), d.get("type"), d.get("major"), d.get("minor")
+
+    before = {key(d) for d in devices(old)}
+    nodes = []
+    for d in devices(new):
+        major, minor, path = d.get("major"), d.get("minor"), d.get("path")
+        if d.get("type") != "c" or key(d) in before or not isinstance(path, str) \
+                or not isinstance(major, int) or not isinstance(minor, int):
+            continue
+        for root in roots:
+            host = rooted(root, path)
+            try:
+                st = os.stat(host)
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+                nodes.append(DevNode(host, major, minor))
+                break
+    return nodes
 
 
 def _same_device(link: str, node: DevNode) -> bool:
@@ -622,11 +668,44 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     return status, lines[-1] if lines else ""
 
 
+def load_modules(driver_root: str, dry_run: bool, log) -> None:
+    """`nvidia-ctk system ... --load-kernel-modules`: modprobe every NVIDIA module, saying
+    each command line to `log` (a callable taking a line); NodeError when one fails."""
+    for module in MODULES:
+        argv = modprobe_argv(driver_root, module)
+        log("Running: " + " ".join(argv))
+        if dry_run:
+            continue
+        try:
+            status, detail = run_modprobe(driver_root, module)
+        except OSError as e:
+            raise NodeError(f"failed to load module {module}: {argv[0]}: {e.strerror or e}") from None
+        if status != 0:
+            detail = f": {detail}" if detail else ""
+            raise NodeError(f"failed to load module {module}: {' '.join(argv)} exited {status}{detail}")
+
+
+def make_device_nodes(nodes: list[DevNode], dry_run: bool, log) -> None:
+    """mknod each missing node, saying each to `log`; an existing path is left alone."""
+    for node in nodes:
+        if os.path.lexists(node.path):
+            log(f"Skipping: {node.path} already exists")
+            continue
+        log(f"Running: mknod --mode={node.mode:04o} {node.path} c {node.major} {node.minor}")
+        if dry_run:
+            continue
+        try:
+            if not create_node(node):
+                log(f"Skipping: {node.path} already exists")
+        except OSError as e:
+            raise NodeError(f"failed to create device node {node.path}: {e.strerror or e}") from None
+
+
 def _debug(msg: str, *args) -> None:
     if "logging" in sys.modules:
         import logging
 
-        logging.getLogger("nct.driver.devinit").debug(msg, *args)
+        logging.getLogger("nct.nodeprep.devinit").debug(msg, *args)
 
 
 def _warn(msg: str, *args) -> None:
@@ -635,7 +714,7 @@ def _warn(msg: str, *args) -> None:
     if "logging" in sys.modules:
         import logging
 
-        logger = logging.getLogger("nct.driver.devinit")
+        logger = logging.getLogger("nct.nodeprep.devinit")
         if logger.hasHandlers():
             logger.warning(msg, *args)
 

@@ -1,4 +1,4 @@
-"""nct.driver.devinit: --load-kmods planning (pure) and its thin layer against temp trees:
+"""nct.nodeprep.devinit: --load-kmods planning (pure) and its thin layer against temp trees:
 real mknod, real fork + chroot + execve of a static fake modprobe built with gcc."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nct.driver import devinit
+from nct.nodeprep import devinit
 from nct.driver.model import Roots
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "driver" / "fixtures"  # procfs captures, shared with the discovery tests
 
 PROC_DEVICES = """Character devices:
   1 mem
@@ -93,6 +93,25 @@ def test_init_plan_follows_majors_and_minors():
     paths = [n.path for n in devinit.init_plan("/", only_nvidia, [0], modeset=False, caps=[(1, 0o400)], imex=[0])]
     assert paths == ["/dev/nvidiactl", "/dev/nvidia0"]
     assert devinit.init_plan("/", {}, [0, 1]) == []
+
+
+def test_one_node_planner_for_load_kmods_and_the_system_commands():
+    """issue 13: --load-kmods (tolerant), create-device-nodes --control-devices and
+    create-dev-char-symlinks --create-all (strict) plan with one node_plan."""
+    from nct.driver.procfs import parse_devices
+
+    majors = parse_devices(PROC_DEVICES)
+    control = [(n.path, n.major, n.minor) for n in devinit.control_device_nodes("/r", majors, "/p")]
+    assert sorted(control) == [("/r/dev/nvidia-modeset", 195, 254), ("/r/dev/nvidia-uvm", 234, 0),
+                               ("/r/dev/nvidia-uvm-tools", 234, 1), ("/r/dev/nvidiactl", 195, 255)]
+    assert control == [(n.path, n.major, n.minor) for n in devinit.init_plan("/r", majors, [])]
+    mig = {"config": 1, "monitor": 2, "gpu0/gi0/access": 3, "gpu0/gi0/ci0/access": 4, "gpu1/gi0/access": 21}
+    every = {n.path for n in devinit.all_possible_device_nodes("/r", majors, mig, 2, "/p")}
+    assert every == {p for p, _, _ in control} | {"/r/dev/nvidia0", "/r/dev/nvidia1"} | {
+        f"/r/dev/nvidia-caps/nvidia-cap{m}" for m in (1, 2, 3, 4, 21)}
+    with pytest.raises(devinit.NodeError, match="^/p/devices: no 'nvidia-uvm' device major"):
+        devinit.control_device_nodes("/r", {"nvidia": 195}, "/p")
+    assert [n.path for n in devinit.init_plan("/r", {"nvidia": 195}, [])] == ["/r/dev/nvidiactl", "/r/dev/nvidia-modeset"]
 
 
 def test_imex_ids():
@@ -325,7 +344,7 @@ def test_user_namespace_skips(tmp_path):
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare")
     roots = make_node(tmp_path, None)
-    code = ("import sys; from nct.driver import devinit; from nct.driver.model import Roots;"
+    code = ("import sys; from nct.nodeprep import devinit; from nct.driver.model import Roots;"
             f"r = devinit.init_driver(Roots(driver={roots.driver!r}, dev={roots.dev!r}, proc={roots.proc!r}));"
             "print(r.skipped)")
     import sys
@@ -345,7 +364,7 @@ def test_init_path_stays_light(tmp_path, fake_modprobe):
     import sys
 
     roots = make_node(tmp_path, fake_modprobe, modules="")
-    code = ("import sys; from nct.driver import devinit; from nct.driver.model import Roots;"
+    code = ("import sys; from nct.nodeprep import devinit; from nct.driver.model import Roots;"
             f"r = devinit.init_driver(Roots(driver={roots.driver!r}, dev={roots.dev!r}, proc={roots.proc!r}));"
             "print(r.failed, sorted(m for m in ('subprocess', 'logging', 'click', 'typing', 'dataclasses')"
             " if m in sys.modules))")
