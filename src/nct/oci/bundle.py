@@ -73,10 +73,10 @@ def write_bundle_spec(bundle: str, spec: dict) -> None:
     write_spec_file(config_path(bundle), spec)
 
 
-def write_spec_file(path: str, spec: dict) -> None:
+def write_spec_file(path: str, spec: dict, *, durable: bool = True) -> None:
     data = dump_spec(spec)
     try:
-        atomic_write(path, data)
+        atomic_write(path, data, durable=durable)
     except OSError as e:
         raise SpecError(f"{path}: cannot write: {e.strerror or e}") from None
 
