@@ -140,7 +140,9 @@ def _bool(value: str, where: str) -> bool:
         return True
     if value in FALSE or value == "":
         return False
-    raise click.UsageError(f"could not parse {value!r} as a bool value from {where}")
+    from nct.errors import EngineConfigError
+
+    raise EngineConfigError(f"could not parse {value!r} as a bool value from {where} (want true or false)")
 
 
 def _list(values: list[str] | tuple[str, ...]) -> list[str]:
@@ -209,9 +211,7 @@ def build_options(r: Resolved):
         config=specific("config", ""), drop_in=specific("drop_in", d.drop_in if d else ""),
         drop_in_host_path=v["drop_in_host_path"], socket=specific("socket", ""),
         restart_mode=specific("restart_mode", ""),
-        # upstream: CDI in the engine follows --cdi-enabled unless set on its own
-        enable_cdi_in_runtime=v["enable_cdi_in_runtime"] if "enable_cdi_in_runtime" in r.was_set
-        else v["cdi_enabled"],
+        enable_cdi_in_runtime=v["enable_cdi_in_runtime"] if "enable_cdi_in_runtime" in r.was_set else None,
         host_root=v["host_root"], runtime_name=v["runtime_name"], set_as_default=v["set_as_default"],
         config_sources=[s for s in v["config_sources"] if s], executable_path=v["executable_path"],
         containerd_runtime_type=v["containerd_runtime_type"],

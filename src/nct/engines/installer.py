@@ -102,7 +102,7 @@ class InstallOptions(Record, frozen=False):
     drop_in_host_path: str = ""
     socket: str = ""
     restart_mode: str = ""
-    enable_cdi_in_runtime: bool = False
+    enable_cdi_in_runtime: bool | None = None  # None: as cdi_enabled ends up after validate()
     host_root: str = "/host"
     runtime_name: str = "nvidia"
     set_as_default: bool = True
@@ -149,6 +149,8 @@ def validate(opts: InstallOptions) -> list[str]:
     from nct.errors import SpecError
 
     warnings = []
+    if opts.runtime not in ENGINE_DEFAULTS:
+        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
     if not opts.toolkit_dir or not os.path.isabs(opts.toolkit_dir):
         raise EngineConfigError(f"toolkit install dir {opts.toolkit_dir!r}: must be an absolute path "
                                 "(--toolkit-install-dir, TOOLKIT_INSTALL_DIR, ROOT)")
@@ -178,6 +180,8 @@ def validate(opts: InstallOptions) -> list[str]:
         disabled = disabled or mode in ("", "none")
     if disabled or not opts.cdi_enabled:
         opts.create_device_nodes = []
+    if opts.enable_cdi_in_runtime is None:  # upstream: the engine's CDI follows --cdi-enabled
+        opts.enable_cdi_in_runtime = opts.cdi_enabled
     if opts.hook_mode:
         warnings.append('the "hook" config mode for cri-o is deprecated')
     return warnings
@@ -312,7 +316,7 @@ def engine_request(opts: InstallOptions) -> EngineRequest:
     return EngineRequest(
         engine=opts.runtime, config=opts.config, runtimes=runtimes, drop_in=opts.drop_in or None,
         set_as_default=opts.set_as_default,
-        cdi_enabled=opts.enable_cdi_in_runtime and opts.runtime != "crio",
+        cdi_enabled=bool(opts.enable_cdi_in_runtime) and opts.runtime != "crio",
         drop_in_host_path=opts.drop_in_host_path or None, runtime_type=opts.containerd_runtime_type,
         container_annotations=tuple(p + "*" for p in prefixes if p),
         runtime_config_override="" if opts.runtime_config_override.strip() in ("", "{}")
