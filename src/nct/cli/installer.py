@@ -294,7 +294,7 @@ def _run(opts) -> None:
     from nct.engines import installer as eng
 
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    fd = eng.lock_pid_file(opts.pid_file)
+    lock = eng.lock_pid_file(opts.pid_file)
     try:
         inst = eng.prepare(opts)
         try:
@@ -315,7 +315,7 @@ def _run(opts) -> None:
         finally:
             _flush(inst)
     finally:
-        eng.release_pid_file(opts.pid_file, fd)
+        eng.release_pid_file(lock)
 
 
 def main() -> None:

@@ -222,11 +222,23 @@ class Installation(Record, frozen=False):
 
 # --- the pid file -------------------------------------------------------------------------
 
-def lock_pid_file(path: str) -> int:
+class PidLock(Record):
+    """The locked pid file: its open fd (the lock lives as long as it) and the dirs made for it."""
+
+    path: str
+    fd: int
+    dirs: tuple[str, ...] = ()
+
+
+def lock_pid_file(path: str) -> PidLock:
     """Take the single-instance lock: open (never through a symlink, never truncating another
-    instance's file), flock without waiting, then write our pid.  Returns the open fd, which
-    holds the lock until it is closed or the process ends."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+    instance's file), flock without waiting, then write our pid."""
+    from nct.engines.files import made_dirs
+
+    try:
+        dirs = tuple(made_dirs(path))
+    except OSError as e:
+        raise EngineConfigError(f"{path}: cannot create its directory: {e.strerror or e}") from None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
@@ -242,17 +254,23 @@ def lock_pid_file(path: str) -> int:
         raise EngineConfigError(f"{path}: cannot lock the pid file: {e.strerror or e}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    return PidLock(path, fd, dirs)
 
 
-def release_pid_file(path: str, fd: int) -> None:
-    """Remove the pid file if it is still the one we locked, then drop the lock."""
+def release_pid_file(lock: PidLock) -> None:
+    """Remove the pid file if it is still the one we locked, drop the lock, and remove the
+    dirs made for it when empty."""
     try:
-        if os.path.samestat(os.fstat(fd), os.lstat(path)):
-            os.unlink(path)
+        if os.path.samestat(os.fstat(lock.fd), os.lstat(lock.path)):
+            os.unlink(lock.path)
     except OSError:
         pass
-    os.close(fd)
+    os.close(lock.fd)
+    for d in reversed(lock.dirs):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
 
 
 # --- what the toolkit's config.toml says ----------------------------------------------------
