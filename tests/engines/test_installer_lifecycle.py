@@ -215,3 +215,25 @@ def test_cdi_management_spec_names_host_paths(tmp_path, sim, cdi):
     finally:
         assert inst.stop() == 0, inst.output()
     assert snapshot(h) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_control_device_nodes_created_at_the_pod_dev_root(tmp_path, sim):
+    """CDI on, CREATE_DEVICE_NODES=control (the default): the control nodes are made under
+    DEV_ROOT_CTR_PATH with the majors of the node's /proc/devices; the spec names them under
+    DEV_ROOT, the host's."""
+    h, env = host(tmp_path, "docker")
+    devroot = tmp_path / "pod-dev"
+    devroot.mkdir()
+    env.update(DRIVER_ROOT="/run/nvidia/driver", DRIVER_ROOT_CTR_PATH=f"{sim}/root", NCT_PROC_ROOT=f"{sim}/root/proc",
+               DEV_ROOT="/", DEV_ROOT_CTR_PATH=str(devroot), CDI_OUTPUT_DIR=f"{h}/var/run/cdi", CDI_ENABLED="1",
+               RUNTIME_RESTART_MODE="none", NO_DAEMON="1")
+    r = subprocess.run([str(BIN / "nvidia-ctk-installer")], capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"], **env})
+    assert r.returncode == 0, r.stderr
+    nodes = {p.name: p.stat() for p in (devroot / "dev").iterdir()}
+    assert set(nodes) == {"nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools"}
+    assert os.major(nodes["nvidiactl"].st_rdev) == 195 and os.minor(nodes["nvidiactl"].st_rdev) == 255
+    spec = yaml.safe_load((h / "var/run/cdi/management.nvidia.com-gpu.yaml").read_text())
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= {n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]}
+    assert not any(str(devroot) in n["hostPath"] for n in spec["containerEdits"]["deviceNodes"])
