@@ -136,6 +136,21 @@ CASES = [
     ("crio-hook-mode", {"RUNTIME": "crio", "CRIO_CONFIG_MODE": "hook", "CRIO_HOOKS_DIR": "{root}/hooks.d",
                         "CRIO_HOOK_FILENAME": "nvidia.json"}, {},
      {"hooks.d/nvidia.json": HOOK_JSON, "etc/crio/crio.conf": None, "etc/crio/crio.conf.d/99-nvidia.toml": None}, {}),
+    ("containerd-config-source-file-path",
+     {"RUNTIME": "containerd", "RUNTIME_DROP_IN_CONFIG": "", "RUNTIME_CONFIG_SOURCES": "command,file={root}/dump.toml",
+      "RUNTIME_EXECUTABLE_PATH": "/nonexistent/containerd"},
+     {"dump.toml": 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\ndefault_runtime_name = "runc"\n'
+      '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\nruntime_type = "io.containerd.runc.v2"\n'
+      '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\nSystemdCgroup = true\n'
+      'BinaryName = "/opt/runc"\n'},
+     {"etc/containerd/config.toml": 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+      'default_runtime_name = "nvidia"\n' + "".join(
+          f'\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{n}]\nruntime_type = "io.containerd.runc.v2"\n\n'
+          f'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{n}.options]\nSystemdCgroup = true\n'
+          f'BinaryName = "{TK}/{b}"\n' for n, b in (
+              ("nvidia", "nvidia-container-runtime"), ("nvidia-cdi", "nvidia-container-runtime.cdi"),
+              ("nvidia-legacy", "nvidia-container-runtime.legacy")))},
+     {"nvidia-container-runtime.runtimes": ["/opt/runc", "runc", "crun"]}),
     ("no-runtime-config", {"RUNTIME": "containerd", "NO_RUNTIME_CONFIG": "true"}, {},
      {"etc/containerd/config.toml": None, "etc/containerd/conf.d/99-nvidia.toml": None}, {}),
 ]
