@@ -330,7 +330,7 @@ def engine_request(opts: InstallOptions) -> EngineRequest:
     root = Path(opts.toolkit_dir)
     runtimes = tuple(RuntimeEntry(opts.runtime_name + suffix, str(root / binary))
                      for suffix, binary in RUNTIME_BINARIES)
-    prefixes = opts.cdi_annotation_prefixes or [] if opts.runtime == "containerd" else []
+    prefixes = (opts.cdi_annotation_prefixes or []) if opts.runtime == "containerd" else []
     return EngineRequest(
         engine=opts.runtime, config=opts.config, runtimes=runtimes, drop_in=opts.drop_in or None,
         set_as_default=opts.set_as_default,
