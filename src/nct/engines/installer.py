@@ -33,7 +33,6 @@ MANIFEST = ".nct-install.json"
 CONFIG_REL = ".config/nvidia-container-runtime/config.toml"
 TOOLKIT_SUBDIR = "toolkit"
 PID_FILE_NAME = "toolkit.pid"
-ENGINES = ("docker", "containerd", "crio")
 # runtime handler name suffix -> installed binary
 RUNTIME_BINARIES = (("", "nvidia-container-runtime"), ("-cdi", "nvidia-container-runtime.cdi"),
                     ("-legacy", "nvidia-container-runtime.legacy"))
