@@ -101,7 +101,8 @@ def test_installer_image_built_and_run_on_simulated_node(podman, tmp_path):
     r = podman("run", "-d", "--name", "nct-toolkit", "--network", "none", *LIMITS,
                *[a for v in vols for a in ("-v", v)], "nct-installer:test",
                "--toolkit-root", str(tk), "--runtime", "docker", "--config", str(etc / "daemon.json"),
-               "--restart-mode", "none", "--toolkit-pid-file", str(run_nvidia / "toolkit.pid"))
+               "--restart-mode", "none", "--toolkit-pid-file", str(run_nvidia / "toolkit.pid"),
+               "--driver-root", "/", "--driver-root-ctr-path", "/")
     assert r.returncode == 0, r.stderr
     deadline = time.monotonic() + 120
     while "waiting for SIGTERM" not in (logs := podman("logs", "nct-toolkit").stderr):
