@@ -9,7 +9,7 @@ import copy
 import os
 from typing import Any
 
-from nct.engines import tomledit as te
+from nct import tomledit as te
 from nct.engines.model import Edit, EngineRequest, previous
 from nct.errors import EngineConfigError
 

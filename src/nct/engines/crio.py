@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from nct.engines import tomledit as te
+from nct import tomledit as te
 from nct.engines.model import Edit, EngineRequest, previous
 
 RUNTIME = ("crio", "runtime")
