@@ -180,10 +180,10 @@ def roots_for(driver_root: str | None, dev_root: str | None, cfg=None) -> Roots:
     """Driver root: flag/NVIDIA_CTK_DRIVER_ROOT, else config nvidia-container-cli.root, else
     /; dev root: flag/NVIDIA_CTK_DEV_ROOT, else the driver root; proc root: $NCT_PROC_ROOT
     or /proc (the host's procfs, also for a driver container)."""
-    from nct.driver.discover import default_proc_root
+    from nct.driver.rootpath import proc_root
 
     root = driver_root or (cfg.nvidia_container_cli.root if cfg is not None else "") or "/"
-    return Roots(driver=root, dev=dev_root or root, proc=default_proc_root())
+    return Roots(driver=root, dev=dev_root or root, proc=proc_root())
 
 
 def resolve_hook_path(path: str | None) -> str:
@@ -483,7 +483,9 @@ def nodes_edits(nodes: list[DeviceNode], no_gids: bool = False) -> ContainerEdit
 
 
 def _show(root: str, path: str) -> str:
-    return path if root in ("", "/") else root.rstrip("/") + path
+    from nct.driver.rootpath import host_path
+
+    return host_path(root, path)
 
 
 # --- rendering ----------------------------------------------------------------------------------

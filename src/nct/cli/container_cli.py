@@ -51,10 +51,10 @@ class CliOptions(Record):
     no_create_imex_channels: bool = False
 
     def roots(self):
-        from nct.driver.discover import default_proc_root
+        from nct.driver.rootpath import proc_root
         from nct.driver.model import Roots
 
-        return Roots(driver=self.root, dev=self.root, proc=default_proc_root())
+        return Roots(driver=self.root, dev=self.root, proc=proc_root())
 
 
 class _Group(LazyGroup):

@@ -19,6 +19,7 @@ import stat
 import sys
 
 from nct.errors import NctError
+from nct.driver.rootpath import host_path
 from nct.record import Record
 
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
@@ -65,15 +66,7 @@ class InitReport(Record):
     created: tuple[str, ...] = ()  # host paths of the nodes made
 
 
-def proc_root() -> str:
-    return os.environ.get("NCT_PROC_ROOT") or "/proc"
-
-
-def rooted(root: str, path: str) -> str:
-    """Join an absolute path onto a root ("/" leaves it unchanged)."""
-    if root in ("", "/"):
-        return path
-    return root.rstrip("/") + "/" + path.lstrip("/")
+rooted = host_path  # (nct.driver.rootpath: the one join onto a root)
 
 
 def cap_path(minor: int) -> str:

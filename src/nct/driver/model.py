@@ -8,6 +8,7 @@ file appears inside a container.
 
 from __future__ import annotations
 
+from nct.driver.rootpath import host_path
 from nct.record import Record, field
 
 # Capabilities of NVIDIA_DRIVER_CAPABILITIES, in upstream's sorted order.
@@ -28,10 +29,7 @@ class Roots(Record):
 
     def host(self, path: str, root: str | None = None) -> str:
         """Join an absolute node path onto a root ("/" leaves it unchanged)."""
-        base = self.driver if root is None else root
-        if base in ("", "/"):
-            return path
-        return base.rstrip("/") + "/" + path.lstrip("/")
+        return host_path(self.driver if root is None else root, path)
 
 
 class DeviceNode(Record):

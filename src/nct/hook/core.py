@@ -189,13 +189,14 @@ def make_request_nodes(edits: ContainerEdits, settings: Settings):
     after the whole request has been planned. Returns the devinit.MadeNodes, or None."""
     if not settings.load_kmods or settings.no_create_imex_channels:
         return None
-    from nct.driver.devinit import DevNode, MadeNodes, rooted
+    from nct.driver.devinit import DevNode, MadeNodes
+    from nct.driver.rootpath import host_path
     from nct.edits.planner import IMEX_DIR
 
     dev_root = settings.roots.dev or "/"
     made = MadeNodes()
     for d in edits.device_nodes:
-        if not d.path.startswith(IMEX_DIR + "/") or d.host_path != rooted(dev_root, d.path):
+        if not d.path.startswith(IMEX_DIR + "/") or d.host_path != host_path(dev_root, d.path):
             continue
         try:
             if made.make(DevNode(d.host_path, d.major, d.minor, 0o666, dev_root)):

@@ -125,7 +125,8 @@ def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_p
     reload (see nct.driver.devinit.ensure_dev_char_links). Returns the links made."""
     import stat
 
-    from nct.driver.devinit import DevNode, ensure_dev_char_links, rooted
+    from nct.driver.devinit import DevNode, ensure_dev_char_links
+    from nct.driver.rootpath import host_path
 
     def devices(spec: dict) -> list[dict]:
         linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
@@ -142,7 +143,7 @@ def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_p
                 or not isinstance(major, int) or not isinstance(minor, int):
             continue
         for root in roots:
-            host = rooted(root, path)
+            host = host_path(root, path)
             try:
                 st = os.stat(host)
             except OSError:
