@@ -18,6 +18,13 @@ MAX_ENV_VALUE = 64 * 1024
 MAX_LIST_ENTRIES = 4096
 # Decimal digits of a number in a request (device index, IMEX channel, version component).
 MAX_NUMBER_DIGITS = 18
+# IMEX channels, two facts kept apart. Ids a request may name: upstream accepts ids below
+# 2^20 (libnvidia-container's --imex-channel, the toolkit's imex CDI mode and volume mounts).
+MAX_IMEX_CHANNEL = (1 << 20) - 1
+# Channel nodes nct may create (--load-kmods) or plan without an existing node: the
+# driver's default NVreg_ImexChannelCount, 2048 (ids 0-2047); a higher id never opens, and
+# a container's NVIDIA_IMEX_CHANNELS cannot fill the host's /dev. Also `nct sim`'s bound.
+IMEX_CHANNEL_COUNT = 2048
 # Nesting of a JSON or YAML document (OCI config.json and state, CDI specs, caches).
 MAX_NESTING_DEPTH = 64
 # Bytes of one document read from a file nct does not own (config.json, a CDI spec).

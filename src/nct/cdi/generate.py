@@ -26,7 +26,7 @@ from nct.cdi.names import class_error, vendor_error
 from nct.driver.model import DeviceNode, Gpu, MigDevice, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, DeviceNodeEdit, MountEdit
 from nct.errors import NctError, RequestError, SpecError
-from nct.limits import is_number
+from nct.limits import MAX_IMEX_CHANNEL, is_number
 
 GPU_MODES = ("auto", "nvml")
 CLASS_MODES = ("gds", "mofed", "gdrcopy", "nvswitch")
@@ -46,7 +46,7 @@ CLASS_DEVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 MANAGEMENT_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap*", "/dev/nvidia-caps-imex-channels/channel*")
 MANAGEMENT_EXCLUDE = ("nvidia-fs*", "nvidia-nvswitch*", "nvidia-nvlink*")
-IMEX_MAX_CHANNEL = 2**20 - 1
+IMEX_MAX_CHANNEL = MAX_IMEX_CHANNEL  # (nct.limits)
 
 
 class GenerateOptions(Record):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from nct import tomledit as te
 from nct.config import schema

@@ -103,33 +103,27 @@ def _is_host_root(rootfs: str) -> bool:
 
 
 def _run_in_child(fn) -> None:
-    r, w = os.pipe2(os.O_CLOEXEC)
-    child = os.fork()
-    if child == 0:
-        code = 1
+    """fn() in a forked child (it enters the container's namespaces); its error comes
+    back as one line."""
+    from nct import child
+
+    def body(w: int) -> int:
         try:
-            os.close(r)
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)  # never outlive the hook
             os.umask(0o022)  # created dirs 0755, files as asked, whatever umask the runtime had
             fn()
-            code = 0
+            return 0
         except ContainerError as e:
             os.write(w, str(e).encode()[:4000])
         except BaseException as e:  # noqa: BLE001 - an unexpected error still comes back as one line
             os.write(w, f"{type(e).__name__}: {e}".encode()[:4000])
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while True:
-        b = os.read(r, 4096)
-        if not b:
-            break
-        data += b
-    os.close(r)
-    _, status = os.waitpid(child, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return 1
+
+    pid, r = child.fork(body)
+    done = child.collect(pid, r)
+    if done.ok:
         return
+    data, status = done.data, done.status
     raise ContainerError(data.decode(errors="replace") or f"configuring the container failed (status {status})")
 
 

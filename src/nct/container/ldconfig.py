@@ -26,7 +26,6 @@ import select
 import _signal as signal  # not `signal`: its enums import `enum` (~1.5 ms per container)
 import stat
 import struct
-import time
 
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
@@ -629,13 +628,13 @@ def _wait_status(status: int) -> int:
 def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool, jail: DeviceJail) -> None:
     if jail.problem:  # the nodev view below still keeps devices out; say what is missing
         os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    from nct import child
+
     proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
-    pid = os.fork()
-    if pid == 0:  # child: never returns
+
+    def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
         try:
-            os.close(err_r)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
             # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
@@ -687,30 +686,13 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
                 os.write(2, f"ldconfig: {e}\n".encode())
             except OSError:
                 pass
-        finally:
-            os._exit(code)
-    os.close(err_w)
-    tail = b""
-    deadline = time.monotonic() + LDCONFIG_TIMEOUT + 5
-    killed = False
-    poller = select.poll()
-    poller.register(err_r, select.POLLIN)
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
-                os.kill(pid, signal.SIGKILL)  # ignored its alarm (or something holds the pipe)
-                killed = True
-                break
-            b = os.read(err_r, 65536)
-            if not b:
-                break
-            # only the tail is ever shown: what an image's ldconfig (or the host one warning
-            # about each of a hostile configuration's lines) prints is not all kept
-            tail = (tail + b)[-OUTPUT_TAIL:]
-    finally:
-        os.close(err_r)
-        _, status = os.waitpid(pid, 0)
+        return code
+
+    pid, err_r = child.fork(body, error_exit=127)
+    # only the tail is ever shown: what an image's ldconfig (or the host one warning about
+    # each of a hostile configuration's lines) prints is not all kept
+    done = child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)
+    tail, status, killed = done.data, done.status, done.timed_out  # killed: ignored its alarm
     out = tail.decode(errors="replace").strip()
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
         raise ContainerError(f"ldconfig in container root {root.path} timed out "

@@ -19,6 +19,7 @@ import stat
 import sys
 
 from nct.errors import NctError
+from nct.limits import IMEX_CHANNEL_COUNT
 from nct.driver.rootpath import host_path
 from nct.record import Record
 
@@ -29,9 +30,7 @@ NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 CAPS_MAJOR = "nvidia-caps"
 IMEX_MAJOR = "nvidia-caps-imex-channels"
-# The driver's IMEX channel count (NVreg_ImexChannelCount) defaults to 2048: higher ids are
-# never created, so a container's NVIDIA_IMEX_CHANNELS cannot fill the host's /dev.
-IMEX_MAX_CHANNEL = 2047
+IMEX_MAX_CHANNEL = IMEX_CHANNEL_COUNT - 1  # (nct.limits: the driver's default channel count)
 MODPROBE = "/sbin/modprobe"
 MODPROBE_TIMEOUT = 20.0  # seconds; a hung module load must not hang the container start
 FULL_ID_MAP = ("0", "0", "4294967295")
@@ -548,69 +547,39 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     import on the hook path): empty environment, stdin/stdout /dev/null, stderr captured.
     Returns (exit status, last stderr line); a child past the deadline is killed and
     reported as status -9. Never raises for the child's failures."""
-    import select
-    import time
-
+    from nct import child
     from nct.sigreset import default_signals  # here: the child may chroot away from nct
 
     modprobe_argv(driver_root, module)  # refuses a non-NVIDIA module name
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
-    r, w = os.pipe()
+
+    def body(w: int) -> int:  # exec or _exit, never return into the caller's code
+        try:
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(w, 2)
+            if driver_root not in ("", "/"):
+                try:
+                    os.chroot(driver_root)
+                except OSError as e:
+                    os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
+                    return 125
+            os.chdir("/")
+            default_signals()
+            os.execve(MODPROBE, [MODPROBE, module], {})
+        except OSError as e:
+            os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())
+        return 127
+
     try:
-        pid = os.fork()
-        if pid == 0:  # child: exec or _exit, never return into the caller's code
-            try:
-                os.dup2(null, 0)
-                os.dup2(null, 1)
-                os.dup2(w, 2)
-                if driver_root not in ("", "/"):
-                    try:
-                        os.chroot(driver_root)
-                    except OSError as e:
-                        os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
-                        os._exit(125)
-                os.chdir("/")
-                default_signals()
-                os.execve(MODPROBE, [MODPROBE, module], {})
-            except OSError as e:
-                os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())
-            finally:
-                os._exit(127)
+        pid, r = child.fork(body, error_exit=127)
     finally:
         os.close(null)
-        os.close(w)
-    deadline = time.monotonic() + timeout
-    err = b""
-    status: int | None = None
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([r], [], [], left)
-            if not ready:
-                break
-            chunk = os.read(r, 4096)
-            if not chunk:
-                break
-            err = (err + chunk)[-4096:]
-        while True:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = os.waitstatus_to_exitcode(st)
-                break
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.002)
-    finally:
-        os.close(r)
-    if status is None:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)  # SIGKILL cannot be blocked: this returns
-        except OSError:
-            pass
+    done = child.collect(pid, r, timeout, tail=4096)
+    if done.timed_out:
         return -9, f"timed out after {timeout:g}s"
+    status = os.waitstatus_to_exitcode(done.status)
+    err = done.data
     lines = err.decode("utf-8", "replace").strip().splitlines()
     return status, lines[-1] if lines else ""
 

@@ -25,7 +25,7 @@ from nct.errors import RequestError
 from nct.record import Record
 from nct.request.model import ContainerRequest
 from nct.request.requirements import check_requirements
-from nct.limits import is_number, shown
+from nct.limits import IMEX_CHANNEL_COUNT, is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
@@ -37,9 +37,8 @@ PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
-# Channels a live container may get without the node existing (made with --load-kmods):
-# the driver's default NVreg_ImexChannelCount is 2048 (nct.driver.devinit.IMEX_MAX_CHANNEL).
-IMEX_MAX_CHANNEL = 2047
+# Channels a live container may get without the node existing (made with --load-kmods).
+IMEX_MAX_CHANNEL = IMEX_CHANNEL_COUNT - 1  # (nct.limits: the driver's default channel count)
 
 # Debian multiarch triplets: machine -> (native, 32-bit).
 _TRIPLETS = {
