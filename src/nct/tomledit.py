@@ -146,6 +146,25 @@ def remove_table(parent: Any, key: str) -> None:
             _append_tail(receiver, tail)
 
 
+def restore_tables(doc: Any, path: tuple[str, ...], previous: dict, where: str = "") -> bool:
+    """Undo tables we added under `path`: each name in `previous` gets its earlier
+    content back (a dict) or is removed (None); empty tables left behind go. Returns True
+    when one of them was there."""
+    parent = get(doc, path, where)
+    if parent is None:
+        return False
+    touched = False
+    for name, prev in previous.items():
+        if name in parent:
+            touched = True
+            if prev is None:
+                remove_table(parent, name)
+            else:
+                put_table(parent, name, prev)
+    prune_empty(doc, path)
+    return touched
+
+
 def _append_tail(table: Table, tail: list) -> None:
     """End `table` with `tail` (blank lines and comments) instead of its own blank lines."""
     body = table.value.body

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from nct.config import model, schema
-from nct.config.paths import resolve_config_path
+from nct.config.paths import read_config_text, resolve_config_path
 from nct.config.tomlscan import find_key_line
 from nct.errors import ConfigError
 
@@ -44,20 +44,9 @@ def load_config(path: str | None = None, *, required: bool | None = None) -> mod
         must_exist = bool(required)
     else:
         must_exist = True if required is None else required
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        if must_exist:
-            raise ConfigError(f"{path}: config file not found") from None
+    text = read_config_text(path, must_exist)
+    if text is None:
         return default_config()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: invalid TOML: not valid UTF-8") from None
     return parse_config(text, path)
 
 

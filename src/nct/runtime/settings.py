@@ -10,7 +10,7 @@ outside its plain subset; nothing at all when there is no config file). `create`
 
 from __future__ import annotations
 
-from nct.config.paths import resolve_config_path
+from nct.config.paths import read_config_text, resolve_config_path
 from nct.config.tomlscan import read_table_keys
 
 DEFAULT_RUNTIMES = ("runc", "crun")
@@ -39,20 +39,10 @@ def read_settings(environ=None) -> ShimSettings:
     """Resolve config.toml as upstream does and read the shim's keys from it."""
     path, explicit = resolve_config_path(environ)
     s = ShimSettings(path, explicit)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        if explicit:
-            raise _error(f"{path}: config file not found") from None
+    text = read_config_text(path, explicit)
+    if text is None:
         return s
-    except OSError as e:
-        raise _error(f"{path}: cannot read config file: {e.strerror}") from None
     s.exists = True
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _error(f"{path}: invalid TOML: not valid UTF-8") from None
     section = scan_runtime_section(text)
     if section is None:  # not a plain file: let the real TOML parser read it
         section = _tomllib_section(text, path)
