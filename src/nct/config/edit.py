@@ -12,15 +12,10 @@ from __future__ import annotations
 import os
 from importlib import resources
 
-TYPE_CHECKING = False
-
 from nct import tomledit as te
 from nct.config import schema
 from nct.config.load import DEFAULT_LDCONFIG, effective_ldconfig, parse_config
 from nct.errors import ConfigError
-
-if TYPE_CHECKING:
-    from tomlkit import TOMLDocument
 
 
 class _Delete:
@@ -46,7 +41,7 @@ def default_text() -> str:
     return text
 
 
-def parse_document(text: str, source: str | None = None) -> TOMLDocument:
+def parse_document(text: str, source: str | None = None) -> te.TOMLDocument:
     """Parse TOML for editing; syntax errors name the file and line."""
     try:
         return te.parse_raw(text)
@@ -55,7 +50,7 @@ def parse_document(text: str, source: str | None = None) -> TOMLDocument:
         raise ConfigError(f"{source or '<config>'}: line {e.line}, column {e.col + 1}: invalid TOML: {msg}") from None
 
 
-def load_document(path: str) -> tuple[TOMLDocument, bool]:
+def load_document(path: str) -> tuple[te.TOMLDocument, bool]:
     """(document, existed). A missing file yields the default document, as upstream's
     `nvidia-ctk config` does (so `--in-place` creates a complete file)."""
     try:
@@ -130,11 +125,11 @@ def _not_a_table(path: str) -> ConfigError:
     return ConfigError(f"cannot set keys under {path}: it is a value, not a table")
 
 
-def _get_table(doc: TOMLDocument, section: list[str], create: bool):
+def _get_table(doc: te.TOMLDocument, section: list[str], create: bool):
     return te.table_at(doc, section, create, _not_a_table)
 
 
-def set_value(doc: TOMLDocument, key: str, value: object) -> None:
+def set_value(doc: te.TOMLDocument, key: str, value: object) -> None:
     """Set one dotted key, checked against the model. `value` may be typed (bool, str,
     list) or the raw --set string; DELETE removes the key."""
     entry = lookup_key(key)
@@ -187,14 +182,14 @@ def _check_type(entry: schema.Key, value: object) -> None:
         raise ConfigError(f"invalid value for {entry.path}: expected {entry.kind}, got {type(value).__name__}")
 
 
-def apply_sets(doc: TOMLDocument, flags: list[str], *, list_separator: str | None = None) -> None:
+def apply_sets(doc: te.TOMLDocument, flags: list[str], *, list_separator: str | None = None) -> None:
     """Apply repeated `--set key[=value]` flags in order."""
     for flag in flags:
         key, value = parse_set(flag, list_separator=list_separator)
         set_value(doc, key, value)
 
 
-def render(doc: TOMLDocument, source: str | None = None) -> str:
+def render(doc: te.TOMLDocument, source: str | None = None) -> str:
     """The document as text, validated by the same loader the runtime uses."""
     text = te.dumps(doc)
     parse_config(text, source)
