@@ -448,9 +448,3 @@ def save_spec(spec: dict, path: str, *, fmt: str | None = None, set_version: boo
     except OSError as e:
         raise SpecError(f"{path}: cannot write: {e.strerror or e}") from None
     return path
-
-
-def spec_file_name(vendor: str, cls: str, transient_id: str | None = None) -> str:
-    """Upstream's generated spec name: 'vendor-class' or 'vendor-class_<id>'."""
-    base = f"{vendor}-{cls}".replace("/", "-")
-    return f"{base}_{transient_id}" if transient_id else base

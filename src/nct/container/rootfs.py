@@ -545,16 +545,3 @@ def open_regular(root: Root, path: str) -> int | None:
         return root.open_regular(path)
     except (FileNotFoundError, ContainerError):
         return None
-
-
-def read_regular(root: Root, path: str, limit: int) -> bytes | None:
-    """At most `limit` bytes of the regular file `path` in the root (see open_regular)."""
-    fd = open_regular(root, path)
-    if fd is None:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)

@@ -126,6 +126,3 @@ class Node(Record):
             f for f in self.files
             if f.kind == kind and (capabilities is None or f.capability is None or f.capability in capabilities)
         ]
-
-    def gpu_by_minor(self, minor: int) -> Gpu | None:
-        return next((g for g in self.gpus if g.minor == minor), None)

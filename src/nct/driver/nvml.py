@@ -88,7 +88,6 @@ def _enter_root(root: str | None, paths: list[str | None]) -> list[str | None]:
 # nvml.h: return codes and buffer sizes of the calls below.
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_DEVICE_MIG_ENABLE = 1
 _VERSION_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE

@@ -113,12 +113,6 @@ def _driver_version(text: str) -> str | None:
     return None
 
 
-def short_bus_id(bus_id: str) -> str:
-    """The sysfs/procfs spelling with a 4-digit domain: '00000000:01:00.0' -> '0000:01:00.0'."""
-    dom, rest = bus_id.split(":", 1)
-    return f"{int(dom, 16):04x}:{rest}"
-
-
 def parse_version(text: str, path: str = VERSION_FILE) -> DriverVersion:
     """Find the NVRM line and the version in it (proprietary and open module layouts)."""
     for lineno, line in enumerate(text.splitlines(), 1):
