@@ -63,3 +63,10 @@ def test_nct_proc_root_is_read_in_one_place():
     readers = _mentions("NCT_PROC_ROOT")
     assert readers <= {"driver/rootpath.py", "engines/installer.py"}  # installer: passed on, not read
     assert "driver/rootpath.py" in readers
+
+
+def test_click_front_ends_live_in_nct_cli():
+    """Domain packages never import a front end: the click commands are in nct.cli (the
+    installer's command moves there with issue 11)."""
+    outside = {m for m in _importers("click") if not m.startswith("cli/")}
+    assert outside <= {"engines/installer.py"}, outside
