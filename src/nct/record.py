@@ -28,7 +28,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not `typing`: importing it costs the hook ~9 ms
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, ClassVar, dataclass_transform
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "MISSING"})()
 
@@ -66,18 +66,26 @@ def _is_classvar(annotation: object) -> bool:
     return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
+if not TYPE_CHECKING:
+    def dataclass_transform(**_kwargs: object):  # at run time: nothing (no `typing` import)
+        return lambda cls: cls
+
+
+# Type checkers see a Record subclass as the dataclass it behaves like, so they check its
+# constructor calls, field types and immutability (PEP 681).
+@dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
 class Record:
     """Base of every model; see the module docstring."""
 
-    _fields: tuple[Field, ...] = ()
-    _names: tuple[str, ...] = ()  # names of the fields __init__ takes, in order
-    _name_set: frozenset[str] = frozenset()
-    _compared: tuple[str, ...] = ()
-    _shown: tuple[str, ...] = ()
-    _defaults: dict[str, Any] = {}
-    _factories: dict[str, Callable[[], Any]] = {}
-    _late: tuple[tuple[str, Callable[[], Any]], ...] = ()  # init=False fields with a default
-    _post_init: Callable[[Any], None] | None = None
+    _fields: ClassVar[tuple[Field, ...]] = ()
+    _names: ClassVar[tuple[str, ...]] = ()  # names of the fields __init__ takes, in order
+    _name_set: ClassVar[frozenset[str]] = frozenset()
+    _compared: ClassVar[tuple[str, ...]] = ()
+    _shown: ClassVar[tuple[str, ...]] = ()
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {}
+    _late: ClassVar[tuple[tuple[str, Callable[[], Any]], ...]] = ()  # init=False fields with a default
+    _post_init: ClassVar[Callable[[Any], None] | None] = None
 
     def __init_subclass__(cls, frozen: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
