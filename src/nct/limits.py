@@ -10,6 +10,10 @@ limit (docs/requests.md, docs/cdi.md). The numbers are far above anything real: 
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+
 # Bytes of one value of a variable nct reads from a container's environment (NVIDIA_*,
 # CUDA_VERSION, swarm-resource variables).
 MAX_ENV_VALUE = 64 * 1024
@@ -41,6 +45,7 @@ def too_deep(doc: object, limit: int = MAX_NESTING_DEPTH) -> bool:
     stack = [(doc, 1)]
     while stack:
         value, depth = stack.pop()
+        children: Iterable[object]
         if isinstance(value, dict):
             children = value.values()
         elif isinstance(value, list):

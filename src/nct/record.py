@@ -61,6 +61,10 @@ def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | None =
     return Field(default, default_factory, init, compare, repr)
 
 
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
 def _is_classvar(annotation: object) -> bool:
     text = annotation if isinstance(annotation, str) else repr(annotation)
     return text.startswith(("ClassVar", "typing.ClassVar"))
@@ -122,12 +126,13 @@ class Record:
         cls._shown = tuple(f.name for f in fields if f.repr)
         cls._defaults = {f.name: f.default for f in fields if f.init and f.default is not MISSING}
         cls._factories = {f.name: f.default_factory for f in fields if f.init and f.default_factory is not None}
-        cls._late = tuple((f.name, f.default_factory or (lambda v=f.default: v)) for f in fields
+        cls._late = tuple((f.name, f.default_factory or _constant(f.default)) for f in fields
                           if not f.init and (f.default is not MISSING or f.default_factory is not None))
         cls._post_init = getattr(cls, "__post_init__", None)
         if not frozen:
+            # (a class attribute set on purpose: the checker sees a method being replaced)
             cls.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
-            cls.__delattr__ = object.__delattr__  # type: ignore[method-assign,assignment]
+            cls.__delattr__ = object.__delattr__  # type: ignore[method-assign]
             cls.__hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dataclasses
         else:  # also below a mutable base: a frozen record is frozen
             for name in ("__setattr__", "__delattr__", "__hash__"):
@@ -187,7 +192,7 @@ class Record:
         for name in changes:
             if name not in self._names:
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")
-        return type(self)(**{**{k: getattr(self, k) for k in self._names}, **changes})  # type: ignore[call-arg]
+        return type(self)(**{**{k: getattr(self, k) for k in self._names}, **changes})
 
 
 def fields(record: Record | type[Record]) -> tuple[Field, ...]:

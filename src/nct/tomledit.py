@@ -123,7 +123,7 @@ def put_table(parent: Any, key: str, data: dict, like: Any = None) -> None:
     moved = _take_trailing_comments(before) if before is not None and before is not added else []
     _layout(added, header, keys, step, first=not moved)
     if moved:
-        _append_tail(_last_leaf(added), moved)
+        _append_tail(_last_leaf(added) or added, moved)
 
 
 def remove_table(parent: Any, key: str) -> None:

@@ -354,12 +354,12 @@ def select_for_spec(node: Node, device_ids: tuple[str, ...]) -> tuple[list[Gpu],
 
 def gpu_names(gpu: Gpu, strategies: tuple[str, ...]) -> list[str]:
     names = {"index": str(gpu.index), "uuid": gpu.uuid, "type-index": f"gpu{gpu.index}"}
-    return list(dict.fromkeys(names[s] for s in strategies if names.get(s)))
+    return list(dict.fromkeys(n for s in strategies if (n := names.get(s))))
 
 
 def mig_names(mig: MigDevice, strategies: tuple[str, ...]) -> list[str]:
     names = {"index": mig.index_name, "uuid": mig.uuid, "type-index": f"mig{mig.index_name}"}
-    return list(dict.fromkeys(names[s] for s in strategies if names.get(s)))
+    return list(dict.fromkeys(n for s in strategies if (n := names.get(s))))
 
 
 def management_plan(node: Node, no_gids: bool = False, compat32: bool = False) -> Plan:

@@ -23,6 +23,7 @@ from nct.record import Record, field
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from nct.hostcache import SpecCache
 
@@ -318,6 +319,8 @@ def validate_spec(doc: dict, source: str = "<spec>", *, from_yaml: bool = False)
 
 def _validate(doc: dict, from_yaml: bool) -> dict:
     spec = _typed(doc, "spec", "", from_yaml)
+    if not isinstance(spec, dict):  # (_typed has checked it is a mapping)
+        raise SpecError("not a mapping")
     for req in ("cdiVersion", "kind", "devices"):
         if req not in spec:
             raise SpecError(f"missing required field {req!r}")
@@ -371,7 +374,7 @@ def load_spec(path: str, *, priority: int = 0, check: DocCheck | None = None, ca
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())  # the identity of exactly the bytes read
             key = cache.key(path, st) if cache is not None and check is None else None  # None: no caching
-            if key is not None:
+            if cache is not None and key is not None:
                 hit = cache.get(key)
                 if isinstance(hit, dict):
                     try:
@@ -384,7 +387,7 @@ def load_spec(path: str, *, priority: int = 0, check: DocCheck | None = None, ca
     except ValueError as e:
         raise SpecError(f"{path}: {e}") from None
     spec = spec_from_data(data, path, priority=priority, check=check)
-    if key is not None:
+    if cache is not None and key is not None:
         cache.put(key, spec.raw)
     return spec
 
@@ -423,7 +426,9 @@ def dump_spec(spec: dict, fmt: str = "yaml") -> str:
 def _yaml_dump(doc: dict) -> str:
     import yaml
 
-    class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    base: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's when there
+
+    class Dumper(base):
         def ignore_aliases(self, data) -> bool:  # shared sub-objects are written out in full
             return True
 

@@ -30,7 +30,7 @@ import stat
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceRule, JailSite, allow_devices
 from nct.container.rootfs import Root
-from nct.edits.model import ContainerEdits
+from nct.edits.model import ContainerEdits, DeviceNodeEdit
 from nct.errors import ContainerError
 from nct.record import Record
 
@@ -352,7 +352,7 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         if m.type not in (None, "bind", "rbind"):
             raise ContainerError(f"mount {m.container_path}: unsupported mount type {m.type}")
         mounts.append(_open_source(m.host_path, m.container_path, sc.attrs_from_options(m.options)))
-    devices = []
+    devices: list[tuple[DeviceNodeEdit, _Source | None, int]] = []
     for d in edits.device_nodes:
         if options.no_devbind:
             try:
@@ -368,8 +368,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     if edits.proc_driver_gpus is not None:
         proc_files = _proc_copies(options.proc_root)
         for bus in edits.proc_driver_gpus:
-            src = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
-            gpu_dirs.append((bus, _open_source(src, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
+            gpu_dir = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
+            gpu_dirs.append((bus, _open_source(gpu_dir, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
     ld_fd = None
     run_ld = not options.no_ldconfig and (edits.ldconfig_folders or edits.cuda_compat_dir)
     host_ld = ldconfig.host_ldconfig(options.ldconfig)
@@ -383,9 +383,9 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         _proc_view(root, proc_files, gpu_dirs)
     for src in mounts:
         _attach(root, src)
-    for d, src, mode in devices:
-        if src is not None:
-            _attach(root, src)
+    for d, node_src, mode in devices:
+        if node_src is not None:
+            _attach(root, node_src)
         else:
             root.mknod(d.path, mode, d.major, d.minor)
     for s in edits.symlinks:

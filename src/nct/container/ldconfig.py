@@ -34,6 +34,10 @@ from nct.errors import ContainerError
 from nct.limits import shown
 from nct.sigreset import default_signals
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
 MFD_EXEC = 0x10
 OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
@@ -231,7 +235,7 @@ def _glob(root: Root, pattern: str, budget: list[int], steps: list[int]) -> list
             literal = []
         if comp is None:
             break
-        nxt = []
+        nxt: list[str] = []
         for d in found:
             if budget[0] <= 0:  # past the bound: what was matched so far
                 return sorted(nxt)
@@ -553,7 +557,7 @@ def _enter_root(root: Root, no_pivot: bool) -> None:
 
 
 def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldconfig",
-                 write_conf: bool = False, extra_files: list[tuple[str, bytes]] = (),
+                 write_conf: bool = False, extra_files: Sequence[tuple[str, bytes]] = (),
                  no_pivot: bool = False, ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> None:
     """Update the container's /etc/ld.so.cache for `folders` (container paths).
 
@@ -577,7 +581,7 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
 
 
 def _run_ldconfig(root: Root, folders: list[str], ldconfig: str, write_conf: bool,
-                  extra_files: list[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
+                  extra_files: Sequence[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
                   jail: DeviceJail) -> None:
     if write_conf and update_musl_path(root, folders):
         return

@@ -23,6 +23,10 @@ from nct.limits import IMEX_CHANNEL_COUNT
 from nct.driver.rootpath import host_path
 from nct.record import Record
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
 CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
@@ -103,7 +107,7 @@ def gpu_major_of(majors: dict[str, int]) -> int | None:
 
 
 def init_plan(dev_root: str, majors: dict[str, int], gpu_minors: list[int], *, modeset: bool = True,
-              caps: list[tuple[int, int]] = (), imex: list[int] = ()) -> list[DevNode]:
+              caps: Sequence[tuple[int, int]] = (), imex: Sequence[int] = ()) -> list[DevNode]:
     """Every node --load-kmods ensures, for the drivers the kernel has a major for:
     nvidiactl + /dev/nvidia<minor> (GPU major), nvidia-modeset (when that module is
     loaded), nvidia-caps nodes `caps` ((minor, mode) pairs; caps major), IMEX channels

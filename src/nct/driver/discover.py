@@ -18,6 +18,13 @@ from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
 from nct.driver.rootpath import host_path, proc_root, resolve_in_root
 from nct.errors import DiscoveryError
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
+
 log = get_logger("nct.driver")
 
 DEFAULT_LDCACHE = "/etc/ld.so.cache"
@@ -35,7 +42,7 @@ def _sys_root(proc_root: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(proc_root).rstrip("/")) or "/", "sys")
 
 
-def _read_optional(path: str, parse) -> object | None:
+def _read_optional(path: str, parse: Callable[[str, str], _T]) -> _T | None:
     try:
         text = procfs.read_text(path)
     except FileNotFoundError:

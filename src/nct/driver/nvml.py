@@ -172,7 +172,7 @@ class NvmlLib:
         """As libnvidia-container formats it: from the numeric fields of nvmlPciInfo_t."""
         c = self.c
 
-        class PciInfo(c.Structure):
+        class PciInfo(c.Structure):  # type: ignore[name-defined]  # c is the ctypes module, imported late
             _fields_ = [("busIdLegacy", c.c_char * 16), ("domain", c.c_uint), ("bus", c.c_uint),
                         ("device", c.c_uint), ("pciDeviceId", c.c_uint), ("pciSubSystemId", c.c_uint),
                         ("busId", c.c_char * 32)]
@@ -304,7 +304,7 @@ def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = 
     return out
 
 
-def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
+def _run_forked(fn, *args, timeout: float) -> tuple[object, str]:
     """fn(*args) in a forked child, its JSON answer read back; (None, why) when it gives none."""
     from nct import child
 

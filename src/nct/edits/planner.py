@@ -234,8 +234,8 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
     major = node.majors.get(IMEX_MAJOR_NAME)
     for ch in channels:
         if str(ch).lower() == "all":
-            for dn in node.imex_channels:
-                b.device(dn)
+            for channel in node.imex_channels:
+                b.device(channel)
             continue
         key = str(ch)[len("channel"):] if str(ch).startswith("channel") else str(ch)
         n = int(key) if is_number(key) else None

@@ -130,7 +130,9 @@ def dev_char_links(old: dict, new: dict, roots: tuple[str, ...], log, dev_char_p
     from nct.driver.rootpath import host_path
 
     def devices(spec: dict) -> list[dict]:
-        linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
+        linux = spec.get("linux")
+        if not isinstance(linux, dict):
+            return []
         return [d for d in linux.get("devices") or [] if isinstance(d, dict)]
 
     def key(d: dict) -> tuple:
@@ -163,7 +165,7 @@ def modify_spec(spec: dict, cfg, mode: str, log, backend: Backend, env_path: str
         request = backend.request(spec, cfg, annotations=True)
     if mode == "auto":
         devices = request.devices if request is not None else None
-        all_cdi = bool(devices) and all(is_qualified_cdi_name(d) for d in devices)
+        all_cdi = devices is not None and bool(devices) and all(is_qualified_cdi_name(d) for d in devices)
         mode = modes.resolve_mode(mode, devices, tegra=(not all_cdi) and backend.tegra(cfg))
     if mode != "cdi":
         request = backend.request(spec, cfg, annotations=False)

@@ -53,7 +53,7 @@ def create_node(
     `mig` is a --mig SPEC string, a count for every GPU, or {gpu index: count}."""
     if isinstance(mig, dict):
         mig = ",".join(f"{g}:{n}" for g, n in mig.items()) or None
-    elif isinstance(mig, int) and not isinstance(mig, bool):
+    elif isinstance(mig, int):  # (a bool is an int: str(True) is refused by parse_mig_spec)
         mig = str(mig)
     directory = os.path.abspath(os.fspath(directory))
     if not isinstance(gpus, int) or isinstance(gpus, bool):
