@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import stat
 
+from nct import child
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceRule, JailSite, allow_devices
 from nct.container.rootfs import Root
@@ -105,8 +106,6 @@ def _is_host_root(rootfs: str) -> bool:
 def _run_in_child(fn) -> None:
     """fn() in a forked child (it enters the container's namespaces); its error comes
     back as one line."""
-    from nct import child
-
     def body(w: int) -> int:
         try:
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)  # never outlive the hook

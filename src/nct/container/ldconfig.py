@@ -27,6 +27,7 @@ import _signal as signal  # not `signal`: its enums import `enum` (~1.5 ms per c
 import stat
 import struct
 
+from nct import child  # here, not in _spawn: by then the process may be in the container's root
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root, open_regular, unescape_mount_field
@@ -632,8 +633,6 @@ def _wait_status(status: int) -> int:
 def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool, jail: DeviceJail) -> None:
     if jail.problem:  # the nodev view below still keeps devices out; say what is missing
         os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
-    from nct import child
-
     proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
 
     def body(err_w: int) -> int:  # never returns into the caller's code

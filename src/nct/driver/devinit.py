@@ -18,6 +18,7 @@ import os
 import stat
 import sys
 
+from nct import child
 from nct.errors import NctError
 from nct.limits import IMEX_CHANNEL_COUNT
 from nct.driver.rootpath import host_path
@@ -551,7 +552,6 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     import on the hook path): empty environment, stdin/stdout /dev/null, stderr captured.
     Returns (exit status, last stderr line); a child past the deadline is killed and
     reported as status -9. Never raises for the child's failures."""
-    from nct import child
     from nct.sigreset import default_signals  # here: the child may chroot away from nct
 
     modprobe_argv(driver_root, module)  # refuses a non-NVIDIA module name

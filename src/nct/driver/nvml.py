@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from nct import child
 from nct.record import Record, field
 
 log = logging.getLogger("nct.driver")
@@ -306,8 +307,6 @@ def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = 
 
 def _run_forked(fn, *args, timeout: float) -> tuple[object, str]:
     """fn(*args) in a forked child, its JSON answer read back; (None, why) when it gives none."""
-    from nct import child
-
     def body(w: int) -> None:
         # Driver libraries may print; keep the caller's stderr clean (and no faulthandler
         # dump from a crash in the library).
