@@ -90,7 +90,8 @@ def test_random_edits_read_one_table_as_tomllib_does():
 
     keys = ("runtimes", "debug", "log-level", "mode")
     rng = random.Random(4321)
-    alphabet = list(" \t\"'[]=#,.\\\n\rxyz0123-_") + ["true", "\u00e9", "[[a]]\n", "modes.x = 1\n"]
+    alphabet = list(" \t\"'[]=#,.\\\n\rxyz0123-_") + ["true", "\u00e9", "[[a]]\n", "modes.x = 1\n",
+                                                            "x = [\n  [1],\n]\n", "[a]\n", "mode = 1\n"]
     answered = 0
     for _ in range(3000):
         text = DEFAULT

@@ -170,6 +170,8 @@ def _scan(text: str, only: str | None, keys: tuple[str, ...]) -> dict | None:
             if key not in keys:
                 if key[0] in "\"'" or key.split(".", 1)[0].strip(" \t") in keys:
                     return None  # quoted or dotted variants of a key we read
+                if parse_value(value) is _MISSING:
+                    return None  # a value we cannot see the end of (an array over lines, say)
                 continue
         if not eq or not key or not set(key) <= _BARE or key in table:
             return None
