@@ -128,7 +128,7 @@ def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factor
 
 def _sim_missing() -> str | None:
     import importlib.util
-    for mod in ("nct.sim.cli", "nct.runtime.main", "nct.hook.main", "nct.container.apply"):
+    for mod in ("nct.cli.sim", "nct.runtime.main", "nct.hook.main", "nct.container.apply"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not there yet"
     return None

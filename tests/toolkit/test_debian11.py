@@ -101,7 +101,7 @@ $T/nvidia-ctk runtime configure --runtime=docker --config=/etc/docker/daemon.jso
 grep -c nvidia-container-runtime /etc/docker/daemon.json /etc/containerd/config.toml
 NCT_PROC_ROOT=/node/root/proc $T/nvidia-ctk cdi generate --driver-root /node/root --output /etc/cdi/nvidia.yaml
 grep -c 'name:' /etc/cdi/nvidia.yaml
-$T/python/bin/python3 -I -S -c 'import ctypes, zlib, hashlib, decimal, yaml, rpds, nct.driver.nvml; print("C extensions load:", yaml.__with_libyaml__)'
+$T/python/bin/python3 -I -S -c 'import ctypes, zlib, hashlib, decimal, yaml, nct.driver.nvml; print("C extensions load:", yaml.__with_libyaml__)'
 /opt/nct/nct install --toolkit-root /usr/local/nvidia/toolkit --runtime containerd \
     --config /etc/containerd/config.toml --uninstall
 echo "trap log: $(wc -l < /trap.log) lines"

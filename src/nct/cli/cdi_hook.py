@@ -184,7 +184,9 @@ def _add_commands(group: click.Group) -> None:
         """Show ModifyDeviceFiles: 0 in the container's /proc/driver/nvidia/params."""
         from nct.container.hooks import disable_device_node_modification as run, open_root
 
-        proc = os.environ.get("NCT_PROC_ROOT", "/proc")
+        from nct.driver.rootpath import proc_root
+
+        proc = proc_root()
         with open_root(_state(container_spec)) as root:
             run(root, f"{proc}/driver/nvidia/params")
 

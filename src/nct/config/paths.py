@@ -28,3 +28,25 @@ def resolve_config_path(environ: "os._Environ[str] | dict[str, str] | None" = No
 def config_file_path(environ: "dict[str, str] | None" = None) -> str:
     """The config file path components read by default (see resolve_config_path)."""
     return resolve_config_path(environ)[0]
+
+
+def read_config_text(path: str, must_exist: bool) -> str | None:
+    """The text of config.toml at `path`; None when it is missing and need not exist.
+    Errors are one ConfigError line naming the file (and the line of bad UTF-8). Shared by
+    the full loader and the runtime shim's pass-through read."""
+    from nct.errors import ConfigError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        if must_exist:
+            raise ConfigError(f"{path}: config file not found") from None
+        return None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: invalid TOML: not valid UTF-8") from None

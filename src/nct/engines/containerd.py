@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from nct.engines import tomledit as te
+from nct import tomledit as te
 from nct.engines.model import Edit, EngineRequest, previous
 from nct.errors import EngineConfigError
 
@@ -187,17 +187,7 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
     version = version_of(doc, path) or 2
     p = _paths(version)
     ours = dict(changes.get("runtimes") or {name: None for name in req.names})
-    touched = False
-    runtimes = te.get(doc, p["runtimes"], path)
-    if runtimes is not None:
-        for name, prev in ours.items():
-            if name in runtimes:
-                touched = True
-                if prev is None:
-                    te.remove_table(runtimes, name)
-                else:
-                    te.put_table(runtimes, name, prev)
-        te.prune_empty(doc, p["runtimes"])
+    touched = te.restore_tables(doc, p["runtimes"], ours, path)
     if te.plain(te.get(doc, p["default"], path)) in ours:
         touched = True
         _restore(doc, p["default"], changes.get("default"), path)

@@ -385,7 +385,7 @@ def read_source(opts: InstallOptions, log: list[str]) -> str | None:
 def low_level_runtimes(engine: str, text: str | None) -> list[str]:
     """Upstream's default nvidia-container-runtime.runtimes: the binaries the engine's
     config gives its default (non-nvidia) runtime, runc and crun, then `runc`, `crun`."""
-    import tomllib
+    from nct.tomledit import parse, plain
 
     paths: list[str] = []
     try:
@@ -394,7 +394,7 @@ def low_level_runtimes(engine: str, text: str | None) -> list[str]:
             runtimes, default = doc.get("runtimes") or {}, doc.get("default-runtime")
             binary = lambda r: r.get("path")  # noqa: E731
         else:
-            doc = tomllib.loads(text or "")
+            doc = plain(parse(text or "", engine))
             if engine == "crio":
                 rt = (doc.get("crio") or {}).get("runtime") or {}
                 runtimes, default = rt.get("runtimes") or {}, rt.get("default_runtime")
@@ -406,7 +406,7 @@ def low_level_runtimes(engine: str, text: str | None) -> list[str]:
                 ctd = cri.get("containerd") or {}
                 runtimes, default = ctd.get("runtimes") or {}, ctd.get("default_runtime_name")
                 binary = lambda r: (r.get("options") or {}).get("BinaryName")  # noqa: E731
-    except (ValueError, AttributeError, tomllib.TOMLDecodeError):
+    except (ValueError, AttributeError, EngineConfigError):
         runtimes, default, binary = {}, None, None
     names = ([default] if isinstance(default, str) and default and not default.startswith("nvidia") else [])
     for name in names + ["runc", "crun"]:

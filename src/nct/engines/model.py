@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from nct.record import Record, field
 
-ENGINES = ("docker", "containerd", "crio")
-
 DEFAULT_CONFIG = {
     "docker": "/etc/docker/daemon.json",
     "containerd": "/etc/containerd/config.toml",
@@ -17,7 +15,6 @@ DEFAULT_DROP_IN = {
     "containerd": "/etc/containerd/conf.d/99-nvidia.toml",
     "crio": "/etc/crio/crio.conf.d/99-nvidia.toml",
 }
-DEFAULT_RUNTIME_NAME = "nvidia"
 DEFAULT_RUNTIME_PATH = "nvidia-container-runtime"
 DEFAULT_ABS_RUNTIME_PATH = "/usr/bin/nvidia-container-runtime"
 DEFAULT_HOOK_PATH = "/usr/bin/nvidia-container-runtime-hook"
