@@ -127,6 +127,8 @@ static const struct entry entries[] = {
     {"nvidia-container-cli", RUN("nct.cli.container_cli", "main")},
     {"nvidia-ctk", RUN("nct.cli.ctk", "main")},
     {"nvidia-cdi-hook", RUN("nct.cli.cdi_hook", "main")},
+    {"nvidia-ctk-installer", RUN("nct.cli.installer", "main")},
+    {"nvidia-toolkit", RUN("nct.cli.installer", "main")},
 };
 
 static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_MAX + 40],

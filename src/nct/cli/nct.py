@@ -10,7 +10,8 @@ from nct.cli.lazy import LazyGroup
 
 COMMANDS = {
     "sim": ("nct.sim.cli", "sim", "Simulated GPU node: create one, run commands inside it."),
-    "install": ("nct.engines.installer", "install_command", "Install nct into a toolkit dir and configure an engine."),
+    "install": ("nct.cli.installer", "installer_command",
+                "nvidia-ctk-installer: install the toolkit and configure an engine."),
     "runtime": ("nct.engines.cli", "runtime_group", "Configure or unconfigure a container engine."),
     "cdi": ("nct.cdi.cli", "cdi_group", "CDI specs: generate, list, check against the node."),
     "ctk": ("nct.cli.ctk", "ctk", "nvidia-ctk: the toolkit's command-line tool."),

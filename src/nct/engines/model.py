@@ -42,6 +42,12 @@ class EngineRequest(Record):
     cdi_enabled: bool = False
     config_source: str = "file"
     executable_path: str = ""
+    # installer (nvidia-ctk-installer) settings; `runtime configure` leaves them at their defaults
+    drop_in_host_path: str | None = None  # the drop-in's path as the engine sees it (imports)
+    runtime_type: str = "io.containerd.runc.v2"  # containerd: for a runtime with nothing to copy
+    container_annotations: tuple[str, ...] = ()  # containerd: container_annotations of our runtimes
+    runtime_config_override: str = ""  # containerd: JSON object merged into each runtime table
+    legacy_config: bool = False  # containerd: a new config is version 1
 
     @property
     def names(self) -> tuple[str, ...]:
