@@ -14,6 +14,8 @@ import pytest
 from nct.engines import reload
 from nct.errors import EngineConfigError
 
+from .conftest import is_static
+
 LISTENER = """
 import signal, socket, sys, time
 got = []
@@ -54,9 +56,8 @@ def test_systemd_restart_runs_systemctl_in_the_host_root(tmp_path):
     """HOST_ROOT_MOUNT: `chroot <host root> systemctl restart <engine>`, checked with a host root
     whose systemctl is a static busybox script that records its arguments."""
     busybox = "/bin/busybox"
-    if os.geteuid() != 0 or not os.path.exists(busybox) or b"statically linked" not in subprocess.run(
-            ["file", "-L", busybox], capture_output=True).stdout:
-        pytest.skip("needs root and a static busybox")
+    if os.geteuid() != 0 or not os.path.exists(busybox) or not is_static(busybox):
+        pytest.skip("needs root and a static busybox (busybox-static)")
     host = tmp_path / "host"
     (host / "bin").mkdir(parents=True)
     (host / "bin/busybox").write_bytes(open(busybox, "rb").read())

@@ -98,7 +98,7 @@ FLAGS: tuple[Flag, ...] = (
        help="The engine's top-level config file (as this container sees it)."),
     _f("executable_path", "--executable-path", "RUNTIME_EXECUTABLE_PATH", default="",
        help="Engine binary for the 'command' config source."),
-    _f("drop_in", "--drop-in-config --drop-in-config-file", "RUNTIME_DROP_IN_CONFIG", default=SPECIFIC,
+    _f("drop_in", "--drop-in-config", "RUNTIME_DROP_IN_CONFIG", default=SPECIFIC,
        help="Drop-in to write (as this container sees it); empty: edit the top-level file."),
     _f("drop_in_host_path", "--drop-in-config-host-path", "RUNTIME_DROP_IN_CONFIG_HOST_PATH", default="",
        help="The drop-in's path on the host (what containerd's imports name)."),
@@ -140,7 +140,9 @@ def _bool(value: str, where: str) -> bool:
         return True
     if value in FALSE or value == "":
         return False
-    raise click.UsageError(f"could not parse {value!r} as a bool value from {where}")
+    from nct.errors import EngineConfigError
+
+    raise EngineConfigError(f"could not parse {value!r} as a bool value from {where} (want true or false)")
 
 
 def _list(values: list[str] | tuple[str, ...]) -> list[str]:
@@ -209,9 +211,7 @@ def build_options(r: Resolved):
         config=specific("config", ""), drop_in=specific("drop_in", d.drop_in if d else ""),
         drop_in_host_path=v["drop_in_host_path"], socket=specific("socket", ""),
         restart_mode=specific("restart_mode", ""),
-        # upstream: CDI in the engine follows --cdi-enabled unless set on its own
-        enable_cdi_in_runtime=v["enable_cdi_in_runtime"] if "enable_cdi_in_runtime" in r.was_set
-        else v["cdi_enabled"],
+        enable_cdi_in_runtime=v["enable_cdi_in_runtime"] if "enable_cdi_in_runtime" in r.was_set else None,
         host_root=v["host_root"], runtime_name=v["runtime_name"], set_as_default=v["set_as_default"],
         config_sources=[s for s in v["config_sources"] if s], executable_path=v["executable_path"],
         containerd_runtime_type=v["containerd_runtime_type"],
@@ -294,7 +294,7 @@ def _run(opts) -> None:
     from nct.engines import installer as eng
 
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    fd = eng.lock_pid_file(opts.pid_file)
+    lock = eng.lock_pid_file(opts.pid_file)
     try:
         inst = eng.prepare(opts)
         try:
@@ -315,7 +315,7 @@ def _run(opts) -> None:
         finally:
             _flush(inst)
     finally:
-        eng.release_pid_file(opts.pid_file, fd)
+        eng.release_pid_file(lock)
 
 
 def main() -> None:

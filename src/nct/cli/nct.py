@@ -27,7 +27,8 @@ def nct() -> None:
 
     The upstream commands are installed under their own names too:
     nvidia-container-runtime, nvidia-container-runtime-hook (nvidia-container-toolkit),
-    nvidia-container-cli, nvidia-ctk and nvidia-cdi-hook.
+    nvidia-container-cli, nvidia-ctk and nvidia-cdi-hook; the installer as
+    nvidia-ctk-installer and nvidia-toolkit (= nct install).
     """
 
 

@@ -53,7 +53,7 @@ def import_glob(drop_in: str) -> str:
     return os.path.join(os.path.dirname(drop_in), "*.toml")
 
 
-def _base_runtime(source: Any, version: int, where: str, runtime_type: str = TEMPLATE["runtime_type"]
+def _base_runtime(source: Any, version: int, where: str, runtime_type: str = "io.containerd.runc.v2"
                   ) -> tuple[str | None, dict]:
     """The runtime our entry copies: the default one (unless it is an nvidia one), else
     runc, else crun, else a template (with `runtime_type`)."""

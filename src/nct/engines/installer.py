@@ -102,7 +102,7 @@ class InstallOptions(Record, frozen=False):
     drop_in_host_path: str = ""
     socket: str = ""
     restart_mode: str = ""
-    enable_cdi_in_runtime: bool = False
+    enable_cdi_in_runtime: bool | None = None  # None: as cdi_enabled ends up after validate()
     host_root: str = "/host"
     runtime_name: str = "nvidia"
     set_as_default: bool = True
@@ -149,6 +149,8 @@ def validate(opts: InstallOptions) -> list[str]:
     from nct.errors import SpecError
 
     warnings = []
+    if opts.runtime not in ENGINE_DEFAULTS:
+        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
     if not opts.toolkit_dir or not os.path.isabs(opts.toolkit_dir):
         raise EngineConfigError(f"toolkit install dir {opts.toolkit_dir!r}: must be an absolute path "
                                 "(--toolkit-install-dir, TOOLKIT_INSTALL_DIR, ROOT)")
@@ -178,6 +180,8 @@ def validate(opts: InstallOptions) -> list[str]:
         disabled = disabled or mode in ("", "none")
     if disabled or not opts.cdi_enabled:
         opts.create_device_nodes = []
+    if opts.enable_cdi_in_runtime is None:  # upstream: the engine's CDI follows --cdi-enabled
+        opts.enable_cdi_in_runtime = opts.cdi_enabled
     if opts.hook_mode:
         warnings.append('the "hook" config mode for cri-o is deprecated')
     return warnings
@@ -218,11 +222,23 @@ class Installation(Record, frozen=False):
 
 # --- the pid file -------------------------------------------------------------------------
 
-def lock_pid_file(path: str) -> int:
+class PidLock(Record):
+    """The locked pid file: its open fd (the lock lives as long as it) and the dirs made for it."""
+
+    path: str
+    fd: int
+    dirs: tuple[str, ...] = ()
+
+
+def lock_pid_file(path: str) -> PidLock:
     """Take the single-instance lock: open (never through a symlink, never truncating another
-    instance's file), flock without waiting, then write our pid.  Returns the open fd, which
-    holds the lock until it is closed or the process ends."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+    instance's file), flock without waiting, then write our pid."""
+    from nct.engines.files import made_dirs
+
+    try:
+        dirs = tuple(made_dirs(path))
+    except OSError as e:
+        raise EngineConfigError(f"{path}: cannot create its directory: {e.strerror or e}") from None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
@@ -238,17 +254,23 @@ def lock_pid_file(path: str) -> int:
         raise EngineConfigError(f"{path}: cannot lock the pid file: {e.strerror or e}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    return PidLock(path, fd, dirs)
 
 
-def release_pid_file(path: str, fd: int) -> None:
-    """Remove the pid file if it is still the one we locked, then drop the lock."""
+def release_pid_file(lock: PidLock) -> None:
+    """Remove the pid file if it is still the one we locked, drop the lock, and remove the
+    dirs made for it when empty."""
     try:
-        if os.path.samestat(os.fstat(fd), os.lstat(path)):
-            os.unlink(path)
+        if os.path.samestat(os.fstat(lock.fd), os.lstat(lock.path)):
+            os.unlink(lock.path)
     except OSError:
         pass
-    os.close(fd)
+    os.close(lock.fd)
+    for d in reversed(lock.dirs):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
 
 
 # --- what the toolkit's config.toml says ----------------------------------------------------
@@ -312,7 +334,7 @@ def engine_request(opts: InstallOptions) -> EngineRequest:
     return EngineRequest(
         engine=opts.runtime, config=opts.config, runtimes=runtimes, drop_in=opts.drop_in or None,
         set_as_default=opts.set_as_default,
-        cdi_enabled=opts.enable_cdi_in_runtime and opts.runtime != "crio",
+        cdi_enabled=bool(opts.enable_cdi_in_runtime) and opts.runtime != "crio",
         drop_in_host_path=opts.drop_in_host_path or None, runtime_type=opts.containerd_runtime_type,
         container_annotations=tuple(p + "*" for p in prefixes if p),
         runtime_config_override="" if opts.runtime_config_override.strip() in ("", "{}")
