@@ -179,7 +179,11 @@ class Case:
         self.entrypoint = self.t / "entrypoint.sh"
         self.entrypoint.write_text(G.ENTRYPOINT_SH)
         self.entrypoint.chmod(0o700)
-        self.host = G.SimHost(node, binds)
+        try:
+            self.host = G.SimHost(node, binds)
+        except BaseException:
+            G.remove_tree(self.t)
+            raise
         self.name = f"nct-toolkit-{uuid.uuid4().hex[:8]}"
         self.pod_started = False
 
