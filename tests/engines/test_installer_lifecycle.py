@@ -237,3 +237,37 @@ def test_control_device_nodes_created_at_the_pod_dev_root(tmp_path, sim):
     spec = yaml.safe_load((h / "var/run/cdi/management.nvidia.com-gpu.yaml").read_text())
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= {n["hostPath"] for n in spec["containerEdits"]["deviceNodes"]}
     assert not any(str(devroot) in n["hostPath"] for n in spec["containerEdits"]["deviceNodes"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/bin/busybox"), reason="needs root and busybox")
+def test_crio_config_mode_restarted_through_systemd_in_the_host_root(tmp_path):
+    """CRI-O (config mode, upstream's default restart mode `systemd`): `chroot HOST_ROOT_MOUNT
+    systemctl restart crio` after setup and again after the undo; the drop-in goes away and
+    crio.conf keeps its bytes."""
+    from .conftest import is_static
+
+    if not is_static("/bin/busybox"):
+        pytest.skip("needs a static busybox (busybox-static)")
+    h, env = host(tmp_path, "crio")
+    (h / "etc/crio").mkdir(parents=True)
+    (h / "etc/crio/crio.conf").write_text('[crio.runtime]\ndefault_runtime = "crun"\n')
+    (h / "bin").mkdir()
+    (h / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (h / "bin/busybox").chmod(0o755)
+    os.symlink("busybox", h / "bin/sh")
+    (h / "bin/systemctl").write_text('#!/bin/sh\necho "$@" >> /systemctl.log\n')
+    (h / "bin/systemctl").chmod(0o755)
+    before = snapshot(h)
+    env.update(CRIO_CONFIG_MODE="config", RUNTIME_RESTART_MODE="systemd", HOST_ROOT_MOUNT=str(h),
+               RUNTIME_DROP_IN_CONFIG=f"{h}/etc/crio/crio.conf.d/99-nvidia.toml")
+    inst = Installer(env, tmp_path / "install.log")
+    try:
+        inst.wait_ready()
+        assert (h / "systemctl.log").read_text() == "restart crio\n"
+        drop_in = (h / "etc/crio/crio.conf.d/99-nvidia.toml").read_text()
+        assert f'runtime_path = "{h}/usr/local/nvidia/toolkit/nvidia-container-runtime"' in drop_in
+    finally:
+        assert inst.stop() == 0, inst.output()
+    assert (h / "systemctl.log").read_text() == "restart crio\nrestart crio\n"
+    (h / "systemctl.log").unlink()
+    assert snapshot(h) == before, inst.output()
