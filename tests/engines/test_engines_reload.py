@@ -4,7 +4,6 @@ socket, `systemctl restart` (through chroot into the host's root), or nothing; c
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -271,3 +270,17 @@ def test_crio_config_mode_restarted_through_systemd_in_the_host_root(tmp_path):
     assert (h / "systemctl.log").read_text() == "restart crio\nrestart crio\n"
     (h / "systemctl.log").unlink()
     assert snapshot(h) == before, inst.output()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGPIPE])
+def test_upstreams_other_stop_signals_undo_too(tmp_path, sig):
+    h, env = host(tmp_path, "docker")
+    env["RUNTIME_RESTART_MODE"] = "none"
+    before = snapshot(h)
+    inst = Installer(env, tmp_path / "install.log")
+    try:
+        inst.wait_ready()
+    finally:
+        assert inst.stop(sig) == 0, inst.output()
+    assert f"got {signal.Signals(sig).name}; restoring" in inst.output()
+    assert snapshot(h) == before

@@ -33,7 +33,6 @@ MANIFEST = ".nct-install.json"
 CONFIG_REL = ".config/nvidia-container-runtime/config.toml"
 TOOLKIT_SUBDIR = "toolkit"
 PID_FILE_NAME = "toolkit.pid"
-ENGINES = ("docker", "containerd", "crio")
 # runtime handler name suffix -> installed binary
 RUNTIME_BINARIES = (("", "nvidia-container-runtime"), ("-cdi", "nvidia-container-runtime.cdi"),
                     ("-legacy", "nvidia-container-runtime.legacy"))
@@ -330,7 +329,7 @@ def engine_request(opts: InstallOptions) -> EngineRequest:
     root = Path(opts.toolkit_dir)
     runtimes = tuple(RuntimeEntry(opts.runtime_name + suffix, str(root / binary))
                      for suffix, binary in RUNTIME_BINARIES)
-    prefixes = opts.cdi_annotation_prefixes or [] if opts.runtime == "containerd" else []
+    prefixes = (opts.cdi_annotation_prefixes or []) if opts.runtime == "containerd" else []
     return EngineRequest(
         engine=opts.runtime, config=opts.config, runtimes=runtimes, drop_in=opts.drop_in or None,
         set_as_default=opts.set_as_default,
