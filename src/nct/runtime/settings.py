@@ -10,6 +10,9 @@ is no config file). `create` loads and validates the whole file with
 
 from __future__ import annotations
 
+import os
+import stat
+
 from nct.config.paths import resolve_config_path
 from nct.config.tomlscan import first_unquoted, parse_value
 
@@ -17,7 +20,7 @@ DEFAULT_RUNTIMES = ("runc", "crun")
 
 
 class ShimSettings:
-    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode")
+    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode", "config_key")
 
     def __init__(self, path: str, explicit: bool) -> None:
         self.path = path
@@ -27,6 +30,8 @@ class ShimSettings:
         self.debug = "/dev/null"
         self.log_level = "info"
         self.mode = "auto"
+        # what the content read was: "-" for no file, a stat key, None when it changed under us
+        self.config_key: str | None = "-"
 
 
 def _error(msg: str) -> Exception:
@@ -41,7 +46,9 @@ def read_settings(environ=None) -> ShimSettings:
     s = ShimSettings(path, explicit)
     try:
         with open(path, "rb") as f:
+            before = os.fstat(f.fileno())
             data = f.read()
+            after = os.fstat(f.fileno())
     except FileNotFoundError:
         if explicit:
             raise _error(f"{path}: config file not found") from None
@@ -49,6 +56,10 @@ def read_settings(environ=None) -> ShimSettings:
     except OSError as e:
         raise _error(f"{path}: cannot read config file: {e.strerror}") from None
     s.exists = True
+    from nct.runtime.passthrough import stat_key
+
+    key = stat_key(before)
+    s.config_key = key if key == stat_key(after) and stat.S_ISREG(after.st_mode) else None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
