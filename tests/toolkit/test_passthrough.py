@@ -188,6 +188,11 @@ def test_falls_back_when_config_changes_or_appears(tree):
     # the Python shim then reports what the config says (no `nort` here), never the stale runc
     r, rec = tree.run(STATE)
     assert rec is None and r.returncode == 1 and "no low-level runtime found" in r.stderr
+    # a cache made with a config file, and the file gone: built-in defaults now, Python reads them
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
+    prime(tree)
+    tree.config.unlink()
+    assert tree.fast(STATE) is None
 
 
 def test_falls_back_when_env_chooses_another_config(tree):
@@ -245,6 +250,15 @@ def test_falls_back_when_logging_is_asked_for(tree):
     assert rec is not None and "Using low-level runtime" in log.read_text()
     assert not tree.cache.exists()
     assert tree.fast(STATE) is None
+
+
+def test_no_cache_when_python_logged_a_warning(tree):
+    """An invalid log-level is a warning line in the debug file on every call: Python's."""
+    log = tree.tmp / "runtime.log"
+    tree.config.write_text(f'[nvidia-container-runtime]\ndebug = "{log}"\nlog-level = "loud"\n')
+    r, rec = tree.run(STATE)
+    assert rec is not None and "invalid log-level" in log.read_text()
+    assert not tree.cache.exists()
 
 
 def test_debug_file_is_created_like_python_and_uncreatable_falls_back(tree):
