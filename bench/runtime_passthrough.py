@@ -203,8 +203,8 @@ def main() -> int:
     for case, r in results.items():
         if case.startswith("toolkit_"):
             line = (f"{case:33s} direct {r['direct_ms']:6.2f} ms  fast path {r['fast_ms']:6.2f} ms "
-                    f"({r["fast_added_ms"]:+.2f}, {r['fast_ratio']:.2f}x)  python path {r['python_ms']:6.2f} ms "
-                    f"({r["python_added_ms"]:+.2f}, {r['python_ratio']:.2f}x)")
+                    f"({r['fast_added_ms']:+.2f}, {r['fast_ratio']:.2f}x)  python path {r['python_ms']:6.2f} ms "
+                    f"({r['python_added_ms']:+.2f}, {r['python_ratio']:.2f}x)")
             if previous and case in previous.get("results", {}):
                 line += f"  (previous fast +{previous['results'][case]['fast_added_ms']:.2f} ms)"
             print(line)
