@@ -65,7 +65,7 @@ ROWS: list[tuple] = [
     ("GPU container start, jit-cdi, 8 GPUs (start_bench)", "{n} at once: {ok}/{n} ok, {per_s}/s; wall", GPU_START,
      R + ("concurrent", "wall_ms"), None, None),
     ("GPU container start, jit-cdi, 8 GPUs (start_bench)", "{n} at once: median start each", GPU_START,
-     R + ("concurrent", "median_each_ms"), R + ("plain_ms",), None),
+     R + ("concurrent", "median_each_ms"), None, None),
 ]
 
 
