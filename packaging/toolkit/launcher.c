@@ -324,8 +324,39 @@ static int executable(const char *path, const struct kstat *self, int have_self)
     return !(have_self && st.dev == self->dev && st.ino == self->ino);
 }
 
-/* nct.runtime.lookup.find_runtime: each candidate in order; a bare name through $PATH then
- * the fallback directories not already on it; the shim itself (argv[0]) excluded. */
+/* Whether the PATH entry dir[0..len) is an entry of path (string equality, as Python's `in`). */
+static int on_path(const char *path, const char *dir, size_t len)
+{
+    while (path && *path) {
+        const char *end = path;
+        while (*end && *end != ':')
+            end++;
+        size_t i = 0;
+        if ((size_t)(end - path) == len)
+            while (i < len && path[i] == dir[i])
+                i++;
+        if (len && i == len)
+            return 1;
+        path = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* dir[0..len) joined with name (os.path.join) into `found` when that is an executable file. */
+static const char *in_dir(const char *dir, size_t len, const char *name, const struct kstat *self, int have_self)
+{
+    if (!len || len >= PATH_MAX)
+        return 0;
+    memcpy(cand, dir, len);
+    cand[len] = '\0';
+    if (cat3(found, sizeof found, cand, cand[len - 1] == '/' ? "" : "/", name) && executable(found, self, have_self))
+        return found;
+    return 0;
+}
+
+/* nct.runtime.lookup.find_runtime: each candidate in order; a bare name through $PATH's
+ * non-empty entries, then the fallback directories that are not among them; the shim
+ * itself (argv[0]'s inode) skipped. */
 static const char *find_runtime(const char **names, int count, const char *path, const char *argv0)
 {
     static const char *const fallback[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
@@ -333,54 +364,27 @@ static const char *find_runtime(const char **names, int count, const char *path,
     struct kstat self;
     int have_self = argv0 && sys3(SYS_stat, (long)argv0, (long)&self, 0) == 0;
     for (int c = 0; c < count; c++) {
-        const char *name = names[c];
+        const char *name = names[c], *hit = 0;
         int bare = 1;
         for (const char *p = name; *p; p++)
-            if (*p == '/')
-                bare = 0;
-        if (!bare) {
+            bare &= *p != '/';
+        if (!bare) { /* absolute and normalised: the cache writer guarantees it */
             if (executable(name, &self, have_self) && cat3(found, sizeof found, name, "", ""))
                 return found;
             continue;
         }
-        /* pass 0: the $PATH entries; pass 1: the fallback dirs that are not among them */
-        for (int pass = 0; pass < 2; pass++) {
-            for (int f = 0; pass ? fallback[f] != 0 : f == 0; f++) {
-                const char *p = pass ? fallback[f] : path;
-                while (p && *p) {
-                    const char *end = p;
-                    while (*end && *end != ':')
-                        end++;
-                    size_t len = (size_t)(end - p);
-                    if (len && len < PATH_MAX) {
-                        memcpy(cand, p, len);
-                        cand[len] = '\0';
-                        int skip = 0;
-                        if (pass) { /* already searched as a $PATH entry? */
-                            const char *q = path;
-                            while (q && *q && !skip) {
-                                const char *e = q;
-                                while (*e && *e != ':')
-                                    e++;
-                                if ((size_t)(e - q) == len) {
-                                    size_t i = 0;
-                                    while (i < len && q[i] == cand[i])
-                                        i++;
-                                    skip = i == len;
-                                }
-                                q = *e ? e + 1 : e;
-                            }
-                        }
-                        if (!skip && cat3(found, sizeof found, cand, cand[len - 1] == '/' ? "" : "/", name) &&
-                            executable(found, &self, have_self))
-                            return found;
-                    }
-                    if (pass)
-                        break;
-                    p = *end ? end + 1 : end;
-                }
-            }
+        for (const char *p = path; p && *p && !hit;) {
+            const char *end = p;
+            while (*end && *end != ':')
+                end++;
+            hit = in_dir(p, (size_t)(end - p), name, &self, have_self);
+            p = *end ? end + 1 : end;
         }
+        for (int f = 0; fallback[f] && !hit; f++)
+            if (!on_path(path, fallback[f], slen(fallback[f])))
+                hit = in_dir(fallback[f], slen(fallback[f]), name, &self, have_self);
+        if (hit)
+            return hit;
     }
     return 0;
 }

@@ -155,6 +155,26 @@ def test_runtime_is_looked_up_now_not_cached(tree):
     assert rec is not None and f"arg {tree.bin}/runc\n" in rec
 
 
+def test_lookup_matches_python_for_path_shapes(tree):
+    """PATH entries with a trailing slash, empty and relative entries, and a runtime found
+    only in the fallback directories (not on PATH): the fast path execs the same file
+    under the same name as nct.runtime.lookup."""
+    runc = shutil.which("runc", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    for path in (f"{tree.bin}/:/usr/bin", f"::bin:{tree.bin}", "bin:/usr/bin", "/nonexistent"):
+        if path == "/nonexistent" and not runc:
+            continue
+        env = tree.env(PATH=path)
+        args = ["--root", str(tree.tmp / "runc-root"), "list"]  # real runc when found in a fallback dir
+        tree.cache.unlink(missing_ok=True)
+        slow_r, slow = tree.run(args, env)
+        assert tree.cache.is_file(), slow_r.stderr
+        with tree.no_python():
+            fast_r, fast = tree.run(args, env)
+        assert "cannot execute" not in fast_r.stderr, path
+        assert (fast_r.returncode, fast_r.stdout, fast_r.stderr, fast) == \
+            (slow_r.returncode, slow_r.stdout, slow_r.stderr, slow), path
+
+
 @pytest.mark.parametrize("args", [
     ["create", "--bundle", "/b", "id"],
     ["--root", "/x", "--log", "/l", "create", "--bundle", "/b", "id"],  # create after global flags
