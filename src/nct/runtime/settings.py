@@ -10,14 +10,16 @@ outside its plain subset; nothing at all when there is no config file). `create`
 
 from __future__ import annotations
 
-from nct.config.paths import read_config_text, resolve_config_path
+import stat
+
+from nct.config.paths import read_config_file, resolve_config_path
 from nct.config.tomlscan import read_table_keys
 
 DEFAULT_RUNTIMES = ("runc", "crun")
 
 
 class ShimSettings:
-    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode")
+    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode", "config_key")
 
     def __init__(self, path: str, explicit: bool) -> None:
         self.path = path
@@ -27,6 +29,8 @@ class ShimSettings:
         self.debug = "/dev/null"
         self.log_level = "info"
         self.mode = "auto"
+        # what the content read was: "-" for no file, a stat key, None when it changed under us
+        self.config_key: str | None = "-"
 
 
 def _error(msg: str) -> Exception:
@@ -39,10 +43,13 @@ def read_settings(environ=None) -> ShimSettings:
     """Resolve config.toml as upstream does and read the shim's keys from it."""
     path, explicit = resolve_config_path(environ)
     s = ShimSettings(path, explicit)
-    text = read_config_text(path, explicit)
+    text, st = read_config_file(path, explicit)
     if text is None:
         return s
     s.exists = True
+    from nct.runtime.passthrough import stat_key
+
+    s.config_key = stat_key(st) if st is not None and stat.S_ISREG(st.st_mode) else None
     section = scan_runtime_section(text)
     if section is None:  # not a plain file: let the real TOML parser read it
         section = _tomllib_section(text, path)
