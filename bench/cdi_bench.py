@@ -7,7 +7,8 @@ dir, read without a namespace) it times, as medians in milliseconds:
   generate   generate_spec() from an already discovered node (planner + render + checks)
   cli        `nvidia-ctk cdi generate --output FILE` end to end (a fresh process)
   inject     Registry load of the spec + injecting `all` into a runc-made OCI spec
-and, for a spec dir of 200 files (8-GPU specs, half JSON, half YAML):
+and, for spec dirs of 1, 50 and 200 files (8-GPU specs, half JSON, half YAML; results
+specdir1, specdir50, specdir200):
   registry   Registry() over the dir (strict load of every file)
   check      `nct cdi check --spec-dir DIR` end to end
 Results go to bench/results/cdi.json (a list; the newest last) and are compared with the
@@ -86,22 +87,22 @@ def bench_shape(node, base: str, runs: int, oci: dict | None) -> tuple[dict, dic
     return out, spec
 
 
-def bench_dir(node, spec: dict, base: str, runs: int) -> dict:
+def bench_dir(node, spec: dict, base: str, runs: int, files: int = 200) -> dict:
     from nct.cdi.registry import Registry
     from nct.cdi.spec import dump_spec
 
-    d = os.path.join(base, "dir200")
+    d = os.path.join(base, f"dir{files}")
     os.makedirs(d)
-    for i in range(200):
+    for i in range(files):
         fmt = "json" if i % 2 else "yaml"
         with open(os.path.join(d, f"node{i:03d}.{fmt}"), "w") as f:
             f.write(dump_spec(dict(spec, kind=f"node{i:03d}.nvidia.com/gpu"), fmt))
     reg = Registry([d])
-    assert not reg.errors and len(reg.specs) == 200, reg.errors[:3]
+    assert not reg.errors and len(reg.specs) == files, reg.errors[:3]
     check = [os.path.join(VENV_BIN, "nct"), "cdi", "check", "--spec-dir", d, "--driver-root", node.root]
     env = node_env(node)
     return {
-        "files": 200,
+        "files": files,
         "registry_ms": median_ms(lambda: Registry([d]), max(3, runs // 3)),
         "check_ms": median_ms(lambda: subprocess.run(check, env=env, check=True, stderr=subprocess.DEVNULL), max(3, runs // 5)),
     }
@@ -150,8 +151,10 @@ def main() -> int:
             if name == "8gpu":
                 eight = (node, spec)
             print(f"{name:10s} " + "  ".join(f"{k}={v}" for k, v in results[name].items()), flush=True)
-        results["specdir200"] = bench_dir(eight[0], eight[1], base, opts.runs)
-        print("specdir200 " + "  ".join(f"{k}={v}" for k, v in results["specdir200"].items()))
+        for files in (1, 50, 200):
+            key = f"specdir{files}"
+            results[key] = bench_dir(eight[0], eight[1], base, opts.runs, files)
+            print(f"{key:10s} " + "  ".join(f"{k}={v}" for k, v in results[key].items()), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     entry = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -6,11 +6,17 @@ Creates one real busybox container with runc (own --root under a temp dir), then
 medians, the added milliseconds and the ratio, for: no config.toml (built-in defaults),
 the default config.toml present (what packages install), and the same through a
 `python -IS` launcher instead of pip's console-script wrapper. A bare interpreter start
-is timed alongside, to show how much of the cost is Python itself. Results are appended
-to bench/results/runtime.json and compared with the previous entry. Stdlib only; root, runc and
+is timed alongside, to show how much of the cost is Python itself.
+
+With --toolkit DIR (an assembled self-contained toolkit) it also times that toolkit's
+launcher, whose fast path execs the low-level runtime without Python (issue 14), against
+the same launcher with the fast path blocked (its cache replaced by a directory: what every
+call cost before), both in front of real runc and of a `#!/bin/sh` stand-in that only exits
+(so the shim's own cost is not hidden in runc's). Results are appended to
+bench/results/runtime.json and compared with the previous entry. Stdlib only; root, runc and
 busybox-static needed.
 
-    python bench/runtime_passthrough.py [--runs 200] [--shim PATH] [--no-save]
+    python bench/runtime_passthrough.py [--runs 200] [--shim PATH] [--toolkit DIR] [--no-save]
 """
 
 from __future__ import annotations
@@ -99,12 +105,65 @@ def measure(runc: str, shim: str, root: str, cid: str, env: dict, runs: int) -> 
             "shim_own_ms": round(s - p - b, 3), "runs": len(plain)}
 
 
+def measure_pair(direct: list[str], shim: list[str], env: dict, runs: int) -> tuple[float, float, int]:
+    """Medians of `direct` and `shim`, alternated in batches of 10."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(max(1, runs // 10)):
+        a += time_runs(direct, env, 10)
+        b += time_runs(shim, env, 10)
+    return statistics.median(a), statistics.median(b), len(a)
+
+
+def measure_toolkit(tree: str, runc: str, root: str, cid: str, base: str, runs: int) -> dict:
+    """The toolkit launcher's pass-through: fast path and (blocked) Python path, in front of
+    real runc and of a #!/bin/sh stand-in."""
+    shim = os.path.join(tree, "nvidia-container-runtime")
+    cache = os.path.join(tree, "python", ".passthrough-cache")
+    standin = os.path.join(base, "standin", "runc")
+    os.makedirs(os.path.dirname(standin))
+    with open(standin, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(standin, 0o755)
+    with open(DEFAULT_CONFIG) as f:
+        default = f.read()
+    out = {}
+    for label, runtime in (("sh_standin", standin), ("runc", runc)):
+        xdg = os.path.join(base, "xdg-" + label)
+        os.makedirs(os.path.join(xdg, "nvidia-container-runtime"))
+        with open(os.path.join(xdg, "nvidia-container-runtime", "config.toml"), "w") as f:
+            f.write(default.replace('runtimes = ["runc", "crun"]', f'runtimes = ["{runtime}"]'))
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME": xdg}
+        args = ["--root", root, "state", cid]
+        if os.path.isdir(cache):
+            os.rmdir(cache)
+        time_runs([shim, *args], env, 3)  # Python's pass-through writes the cache
+        if not os.path.isfile(cache):
+            raise SystemExit(f"{tree}: the shim wrote no pass-through cache")
+        d, fast, n = measure_pair([runtime, *args], [shim, *args], env, runs)
+        os.unlink(cache)
+        os.mkdir(cache)  # blocks the fast path: Python cannot replace a directory
+        try:
+            d2, slow, _ = measure_pair([runtime, *args], [shim, *args], env, runs)
+        finally:
+            os.rmdir(cache)
+        out["toolkit_" + label] = {
+            "direct_ms": round(d, 3), "fast_ms": round(fast, 3), "fast_added_ms": round(fast - d, 3),
+            "fast_ratio": round(fast / d, 3), "python_direct_ms": round(d2, 3), "python_ms": round(slow, 3),
+            "python_added_ms": round(slow - d2, 3), "python_ratio": round(slow / d2, 3), "runs": n,
+            # the common keys the other cases have (runc_ms/shim_ms/added_ms/ratio): the fast path
+            "runc_ms": round(d, 3), "shim_ms": round(fast, 3), "added_ms": round(fast - d, 3),
+            "ratio": round(fast / d, 3)}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
     here = os.path.join(os.path.dirname(sys.executable), "nvidia-container-runtime")
     ap.add_argument("--shim", default=here if os.path.exists(here) else shutil.which("nvidia-container-runtime"),
                     help="the shim to time (default: the one of the Python running this script)")
+    ap.add_argument("--toolkit", help="also time this self-contained toolkit's launcher (fast and Python paths)")
     ap.add_argument("--no-save", action="store_true")
     opts = ap.parse_args()
     runc = shutil.which("runc")
@@ -132,6 +191,8 @@ def main() -> int:
         launcher = make_fast_launcher(opts.shim, base)
         time_runs([launcher, "--root", root, "state", cid], env, 3)
         results["default_config_isolated_launcher"] = measure(runc, launcher, root, cid, env, opts.runs)
+        if opts.toolkit:
+            results.update(measure_toolkit(os.path.abspath(opts.toolkit), runc, root, cid, base, opts.runs))
     finally:
         subprocess.run([runc, "--root", root, "delete", "--force", cid],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -140,6 +201,14 @@ def main() -> int:
     history = resultlog.load("runtime", "runtime_passthrough")
     previous = history[-1] if history else None
     for case, r in results.items():
+        if case.startswith("toolkit_"):
+            line = (f"{case:33s} direct {r['direct_ms']:6.2f} ms  fast path {r['fast_ms']:6.2f} ms "
+                    f"({r['fast_added_ms']:+.2f}, {r['fast_ratio']:.2f}x)  python path {r['python_ms']:6.2f} ms "
+                    f"({r['python_added_ms']:+.2f}, {r['python_ratio']:.2f}x)")
+            if previous and case in previous.get("results", {}):
+                line += f"  (previous fast +{previous['results'][case]['fast_added_ms']:.2f} ms)"
+            print(line)
+            continue
         line = (f"{case:33s} runc {r['runc_ms']:7.2f} ms  shim {r['shim_ms']:7.2f} ms  "
                 f"added {r['added_ms']:6.2f} ms  ratio {r['ratio']:.2f}x  "
                 f"[python start {r['python_start_ms']:.2f} ms, shim code {r['shim_own_ms']:.2f} ms]")

@@ -41,6 +41,8 @@ def build(out: Path, toolkit: Path | None = None) -> Path:
             shutil.copytree(toolkit, tree, symlinks=True)
         (stage / "usr/bin").mkdir(parents=True)
         for name in sorted(commands()):
+            if name in ("nvidia-ctk-installer", "nvidia-toolkit"):  # the installer image's, as upstream
+                continue
             (stage / "usr/bin" / name).symlink_to(f"../lib/nct/{name}")
         conf = stage / "etc/nvidia-container-runtime/config.toml"
         conf.parent.mkdir(parents=True)

@@ -51,7 +51,8 @@ def _loads(data: bytes | bytearray | str) -> object:
         if _scanner is None:
             import _json
 
-            _scanner = _json.make_scanner(_Context())
+            # typeshed types the context as a scanner; any object with its attributes works
+            _scanner = _json.make_scanner(_Context())  # type: ignore[arg-type]
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
         start = len(text) - len(text.lstrip(_WS))
         value, end = _scanner(text, start)

@@ -10,6 +10,10 @@ limit (docs/requests.md, docs/cdi.md). The numbers are far above anything real: 
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+
 # Bytes of one value of a variable nct reads from a container's environment (NVIDIA_*,
 # CUDA_VERSION, swarm-resource variables).
 MAX_ENV_VALUE = 64 * 1024
@@ -18,6 +22,13 @@ MAX_ENV_VALUE = 64 * 1024
 MAX_LIST_ENTRIES = 4096
 # Decimal digits of a number in a request (device index, IMEX channel, version component).
 MAX_NUMBER_DIGITS = 18
+# IMEX channels, two facts kept apart. Ids a request may name: upstream accepts ids below
+# 2^20 (libnvidia-container's --imex-channel, the toolkit's imex CDI mode and volume mounts).
+MAX_IMEX_CHANNEL = (1 << 20) - 1
+# Channel nodes nct may create (--load-kmods) or plan without an existing node: the
+# driver's default NVreg_ImexChannelCount, 2048 (ids 0-2047); a higher id never opens, and
+# a container's NVIDIA_IMEX_CHANNELS cannot fill the host's /dev. Also `nct sim`'s bound.
+IMEX_CHANNEL_COUNT = 2048
 # Nesting of a JSON or YAML document (OCI config.json and state, CDI specs, caches).
 MAX_NESTING_DEPTH = 64
 # Bytes of one document read from a file nct does not own (config.json, a CDI spec).
@@ -34,6 +45,7 @@ def too_deep(doc: object, limit: int = MAX_NESTING_DEPTH) -> bool:
     stack = [(doc, 1)]
     while stack:
         value, depth = stack.pop()
+        children: Iterable[object]
         if isinstance(value, dict):
             children = value.values()
         elif isinstance(value, list):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not `typing`: importing it costs the hook ~9 ms
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, ClassVar, dataclass_transform
 
 MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "MISSING"})()
 
@@ -61,23 +61,35 @@ def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | None =
     return Field(default, default_factory, init, compare, repr)
 
 
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
 def _is_classvar(annotation: object) -> bool:
     text = annotation if isinstance(annotation, str) else repr(annotation)
     return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
+if not TYPE_CHECKING:
+    def dataclass_transform(**_kwargs: object):  # at run time: nothing (no `typing` import)
+        return lambda cls: cls
+
+
+# Type checkers see a Record subclass as the dataclass it behaves like, so they check its
+# constructor calls, field types and immutability (PEP 681).
+@dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
 class Record:
     """Base of every model; see the module docstring."""
 
-    _fields: tuple[Field, ...] = ()
-    _names: tuple[str, ...] = ()  # names of the fields __init__ takes, in order
-    _name_set: frozenset[str] = frozenset()
-    _compared: tuple[str, ...] = ()
-    _shown: tuple[str, ...] = ()
-    _defaults: dict[str, Any] = {}
-    _factories: dict[str, Callable[[], Any]] = {}
-    _late: tuple[tuple[str, Callable[[], Any]], ...] = ()  # init=False fields with a default
-    _post_init: Callable[[Any], None] | None = None
+    _fields: ClassVar[tuple[Field, ...]] = ()
+    _names: ClassVar[tuple[str, ...]] = ()  # names of the fields __init__ takes, in order
+    _name_set: ClassVar[frozenset[str]] = frozenset()
+    _compared: ClassVar[tuple[str, ...]] = ()
+    _shown: ClassVar[tuple[str, ...]] = ()
+    _defaults: ClassVar[dict[str, Any]] = {}
+    _factories: ClassVar[dict[str, Callable[[], Any]]] = {}
+    _late: ClassVar[tuple[tuple[str, Callable[[], Any]], ...]] = ()  # init=False fields with a default
+    _post_init: ClassVar[Callable[[Any], None] | None] = None
 
     def __init_subclass__(cls, frozen: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -114,12 +126,13 @@ class Record:
         cls._shown = tuple(f.name for f in fields if f.repr)
         cls._defaults = {f.name: f.default for f in fields if f.init and f.default is not MISSING}
         cls._factories = {f.name: f.default_factory for f in fields if f.init and f.default_factory is not None}
-        cls._late = tuple((f.name, f.default_factory or (lambda v=f.default: v)) for f in fields
+        cls._late = tuple((f.name, f.default_factory or _constant(f.default)) for f in fields
                           if not f.init and (f.default is not MISSING or f.default_factory is not None))
         cls._post_init = getattr(cls, "__post_init__", None)
         if not frozen:
+            # (a class attribute set on purpose: the checker sees a method being replaced)
             cls.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
-            cls.__delattr__ = object.__delattr__  # type: ignore[method-assign,assignment]
+            cls.__delattr__ = object.__delattr__  # type: ignore[method-assign]
             cls.__hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dataclasses
         else:  # also below a mutable base: a frozen record is frozen
             for name in ("__setattr__", "__delattr__", "__hash__"):
@@ -179,7 +192,7 @@ class Record:
         for name in changes:
             if name not in self._names:
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")
-        return type(self)(**{**{k: getattr(self, k) for k in self._names}, **changes})  # type: ignore[call-arg]
+        return type(self)(**{**{k: getattr(self, k) for k in self._names}, **changes})
 
 
 def fields(record: Record | type[Record]) -> tuple[Field, ...]:

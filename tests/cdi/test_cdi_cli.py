@@ -7,7 +7,7 @@ import subprocess
 
 from click.testing import CliRunner
 
-from nct.cdi.cli import cdi_group
+from nct.cli.cdi import cdi_group
 from nct.cli.ctk import ctk
 from .test_cdi_registry import node, write_spec
 

@@ -9,7 +9,7 @@ import pytest
 
 from nct.cdi.registry import Registry, inject, spec_files
 from nct.errors import SpecError
-from nct.oci.validate import oci_schema_errors
+from schema_check import oci_schema_errors
 
 
 def write_spec(directory, fname, kind="nvidia.com/gpu", devices=None, common=None, version="0.5.0"):

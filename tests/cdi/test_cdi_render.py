@@ -8,7 +8,8 @@ import pytest
 
 from nct.cdi.hooks import HookOptions, cdi_hook, hook_argv0
 from nct.cdi.render import build_spec, edits_to_cdi, merge_cdi_edits
-from nct.cdi.spec import dump_spec, schema_errors, spec_from_data, validate_spec
+from nct.cdi.spec import dump_spec, spec_from_data, validate_spec
+from schema_check import check_schema, schema_errors
 from nct.edits.model import ContainerEdits, DeviceNodeEdit, MountEdit, SymlinkEdit
 from nct.errors import SpecError
 
@@ -67,7 +68,7 @@ def test_build_spec_is_valid_and_minimal():
     assert [n["path"] for n in spec["devices"][3]["containerEdits"]["deviceNodes"]] == ["/dev/nvidia0", "/dev/nvidia1"]
     # round trip through both file formats
     for fmt in ("json", "yaml"):
-        back = spec_from_data(dump_spec(spec, fmt), f"x.{fmt}", schema=True)
+        back = spec_from_data(dump_spec(spec, fmt), f"x.{fmt}", check=check_schema)
         assert back.raw == spec
 
 

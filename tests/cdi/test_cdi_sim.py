@@ -15,9 +15,10 @@ import pytest
 from nct.cdi.hooks import HookOptions
 from nct.cdi.registry import Registry
 from nct.cdi.render import build_spec
-from nct.cdi.spec import load_spec, save_spec, schema_errors
+from nct.cdi.spec import load_spec, save_spec
+from schema_check import check_schema, schema_errors
 from nct.cdi.inject import apply_edits_to_spec
-from nct.oci.validate import oci_schema_errors
+from schema_check import oci_schema_errors
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the simulated node's device nodes need root")
 
@@ -53,7 +54,7 @@ def test_sim_node_spec_valid_and_injectable(sim, tmp_path):
                       hook_options=HookOptions(driver_version=sim.driver_version), all_device=True)
     assert schema_errors(spec) == []
     path = save_spec(spec, str(tmp_path / "cdi" / "nvidia.yaml"))
-    loaded = load_spec(path, schema=True)
+    loaded = load_spec(path, check=check_schema)
     assert loaded.raw == spec
 
     reg = Registry([str(tmp_path / "cdi")])

@@ -14,7 +14,7 @@ import yaml
 from e2e_cdi.simnodes import VENV_BIN, ctk, make_node, node_env, world_rw_dri
 from nct.cdi.check import (DRIVER_VERSION_ANNOTATION, FINGERPRINT_ANNOTATION, check_spec, is_nvidia_spec,
                            node_record, referenced_host_paths, spec_driver_versions, spec_gpu_devices)
-from nct.cdi.spec import schema_errors
+from schema_check import schema_errors
 
 HOOK = str(VENV_BIN / "nvidia-cdi-hook")
 

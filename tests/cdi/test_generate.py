@@ -14,7 +14,8 @@ import yaml
 
 from e2e_cdi.simnodes import VENV_BIN, ctk, make_node, node_env, set_node_env, world_rw_dri
 from nct.cdi.generate import GenerateOptions, generate_spec
-from nct.cdi.spec import load_spec, schema_errors, spec_from_data
+from nct.cdi.spec import load_spec, spec_from_data
+from schema_check import check_schema, schema_errors
 from nct.config.model import CliConfig, Config
 from nct.errors import NctError, RequestError
 
@@ -338,7 +339,7 @@ def test_cli_writes_files_atomically_with_format(node, tmp_path):
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o644
     assert json.loads(out.read_text())["kind"] == "nvidia.com/gpu"
-    assert load_spec(str(out), schema=True).raw["devices"]
+    assert load_spec(str(out), check=check_schema).raw["devices"]
     # no extension: the format's is appended (yaml by default, json on request)
     r = ctk(node, "cdi", "generate", "--output", str(tmp_path / "plain"), "--format", "json")
     assert r.returncode == 0, r.stderr

@@ -15,7 +15,8 @@ import pytest
 from e2e_cdi.simnodes import VENV_BIN, make_node, node_env, set_node_env
 from nct.cdi.generate import GenerateOptions, discover_for_generate, generate_spec, roots_for
 from nct.cdi.registry import Registry
-from nct.cdi.spec import dump_spec, schema_errors
+from nct.cdi.spec import dump_spec
+from schema_check import schema_errors
 from nct.config.model import Config
 
 HOOK = str(VENV_BIN / "nvidia-cdi-hook")
@@ -58,7 +59,7 @@ def _runc_spec(tmp_path) -> dict:
 
 @pytest.mark.parametrize("shape", ["64", "8x7mig"])
 def test_injection_of_big_specs(nodes, monkeypatch, tmp_path, shape):
-    from nct.oci.validate import oci_schema_errors
+    from schema_check import oci_schema_errors
 
     n = nodes[shape]
     spec = spec_for(n, monkeypatch)

@@ -15,6 +15,7 @@ from nct.cdi import spec as S
 from nct import hostcache
 from nct.cdi.registry import Registry
 from nct.hostcache import SpecCache
+from schema_check import check_schema
 
 from .test_cdi_registry import node, write_spec
 
@@ -72,7 +73,7 @@ def test_racily_new_file_and_schema_checks_bypass_the_cache(tmp_path, cache_dir,
     with monkeypatch.context() as m:
         _no_parsing(m)
         with pytest.raises(AssertionError, match="parsed although cached"):
-            Registry([d], schema=True)  # --schema checks always read the file
+            Registry([d], check=check_schema)  # --schema checks always read the file
 
 
 def test_planted_or_untrusted_cache_is_not_served(tmp_path, cache_dir, monkeypatch):

@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+import tomlkit
 
 from nct.config import edit, load, model, schema
 
@@ -76,7 +77,7 @@ def test_commented_suggestions_match_upstream_values():
     text = REPO_DEFAULT.read_text()
     for key, value in schema.COMMENTED_SUGGESTIONS.items():
         name = key.rsplit(".", 1)[-1]
-        rendered = edit.tomlkit.item(value).as_string()
+        rendered = tomlkit.item(value).as_string()
         assert f"#{name} = {rendered}\n" in text, key
 
 

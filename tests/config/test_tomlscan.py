@@ -81,3 +81,29 @@ def test_random_edits_of_the_default_never_disagree():
         if agree(text) is not None:
             accepted += 1
     assert accepted > 300  # the subset is exercised, not merely declined
+
+
+def test_random_edits_read_one_table_as_tomllib_does():
+    """read_table_keys (the runtime shim's pass-through read) on mutations of the default
+    file: whenever tomllib reads the file and the scanner answers, the answers agree."""
+    from nct.config.tomlscan import read_table_keys
+
+    keys = ("runtimes", "debug", "log-level", "mode")
+    rng = random.Random(4321)
+    alphabet = list(" \t\"'[]=#,.\\\n\rxyz0123-_") + ["true", "\u00e9", "[[a]]\n", "modes.x = 1\n",
+                                                            "x = [\n  [1],\n]\n", "[a]\n", "mode = 1\n"]
+    answered = 0
+    for _ in range(3000):
+        text = DEFAULT
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(text))
+            text = text[:i] + rng.choice(alphabet) + text[i + rng.randrange(2):]
+        mine = read_table_keys(text, "nvidia-container-runtime", keys)
+        try:
+            theirs = tomllib.loads(text).get("nvidia-container-runtime", {})
+        except tomllib.TOMLDecodeError:
+            continue
+        if mine is not None and isinstance(theirs, dict):
+            answered += 1
+            assert mine == {k: theirs[k] for k in keys if k in theirs}, text
+    assert answered > 300

@@ -127,7 +127,29 @@ def test_scan_mig_caps(tmp_path):
 
 @pytest.mark.parametrize("raw,norm", [
     ("0000:07:00.0", "00000000:07:00.0"), ("00000000:B7:00.0", "00000000:b7:00.0"),
-    ("1:2:3.0", "00000001:02:03.0"), ("nope", None), ("0000:07:00", None),
+    ("1:2:3.0", "00000001:02:03.0"), ("nope", None),
 ])
 def test_bus_ids(raw, norm):
     assert procfs.normalise_bus_id(raw) == norm
+
+
+@pytest.mark.parametrize("raw,norm", [
+    # procfs "Bus Location" (4-digit domain), NVML (8 digits, upper-case hex), both callers
+    ("0000:07:00.0", "00000000:07:00.0"), ("0000:b7:00.0", "00000000:b7:00.0"),
+    ("00000000:B7:00.0", "00000000:b7:00.0"), ("00000001:3B:1F.0", "00000001:3b:1f.0"),
+    (" 0000:62:00.0 ", "00000000:62:00.0"),
+    # requests (NVIDIA_VISIBLE_DEVICES, --device): upstream's sscanf("%x:%02x:%02x.0")
+    ("1:2:3", "00000001:02:03.0"), ("0:1:0.3", "00000000:01:00.0"),
+    ("01:00.0", None), ("GPU-1", None), ("0000:01:00.9", None), ("0000:001:00.0", None), ("", None),
+])
+def test_one_bus_id_rule_for_procfs_nvml_and_requests(raw, norm):
+    from nct.edits.select import normalise_bus_id as used_by_selection
+
+    assert procfs.normalise_bus_id(raw) == norm
+    assert used_by_selection is procfs.normalise_bus_id
+
+
+def test_a_bus_location_without_its_function_is_refused():
+    text = fx("information.a100").replace("0000:07:00.0", "0000:07:00")
+    with pytest.raises(DiscoveryError, match="bad Bus Location"):
+        procfs.parse_gpu_information(text, "information")

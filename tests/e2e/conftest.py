@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -50,3 +51,19 @@ def oldkernel(tmp_path_factory) -> Path:
     from e2e import oldkernel as K
 
     return K.build(tmp_path_factory.mktemp("oldkernel") / "oldkernel")
+
+
+@pytest.fixture
+def private_host_cache(tmp_path, monkeypatch) -> Path:
+    """A host cache directory (nct.hostcache) of this test's own, for tests that assert on
+    a warm cache: the shared /run/nct holds the newest 512 ELF entries of every test and
+    every concurrent run on this machine, so a node's entries can be pushed out between a
+    warm-up run and the run checked. NCT_CACHE_DIR reaches the hook because runc runs a
+    hook whose entry has no `env` with runc's own environment (inherited through
+    `nct sim run`); /tmp is the host's inside the sim namespace. Root-owned 0700, as
+    hostcache requires."""
+    d = tmp_path / "nct-cache"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)
+    monkeypatch.setenv("NCT_CACHE_DIR", str(d))
+    return d

@@ -14,9 +14,9 @@ import pytest
 
 import nct
 import nct.config
-from e2e.harness import HOOK, bundle_with_hook, needs_e2e, runc_run
+from e2e.harness import HOOK, bundle_with_hook, needs_e2e, runc_run, runc_run_after
 from nct.engines.bundle import WRAPPER
-from nct.hostcache import RACY_SECONDS
+from nct.hostcache import CACHE_NAME, RACY_SECONDS
 
 pytestmark = needs_e2e
 
@@ -147,8 +147,21 @@ def wait_out_racy_window(sim_node) -> None:
     time.sleep(max(0.0, RACY_SECONDS + 0.2 - (time.time() - newest)))
 
 
+def steady_run(sim_node, warm: Path, bundle: Path, cache_dir: Path, hook_log: Path | None = None):
+    """Run `bundle` in a node's steady state: its driver files older than the ELF cache's
+    racy window and one container (bundle `warm`) already started, so the test's private
+    host cache (fixture private_host_cache) holds their ELF checks. Checks the hook really
+    used that directory (got NCT_CACHE_DIR): else the test would be back on /run/nct.
+    `hook_log`: the hook's stderr, shown when the run fails."""
+    wait_out_racy_window(sim_node)
+    res = runc_run_after(sim_node, warm, bundle)
+    assert res.returncode == 0, res.stderr.decode() + (hook_log.read_text()[-2000:] if hook_log else "")
+    assert (cache_dir / CACHE_NAME).is_file(), "the hook did not use NCT_CACHE_DIR"
+    return res
+
+
 @pytest.mark.parametrize("visible", ["all", "MIG"])
-def test_hook_stays_light(sim_node, rootfs, tmp_path, visible):
+def test_hook_stays_light(sim_node, rootfs, tmp_path, private_host_cache, visible):
     """The hook process never imports click, pyelftools, YAML/JSON-schema/tomlkit, nor
     pynvml (NVML, when needed for MIG UUIDs, is queried in a forked child)."""
     import sys
@@ -160,12 +173,8 @@ def test_hook_stays_light(sim_node, rootfs, tmp_path, visible):
             "from nct.hook.main import main; main(['prestart'])") % str(out)
     hooks = {"prestart": [{"path": sys.executable, "args": [sys.executable, "-c", code]}]}
     bundle = bundle_with_hook(rootfs, "cuda-probe", [f"NVIDIA_VISIBLE_DEVICES={visible}"], hooks=hooks)
-    # The first run may meet a cold host ELF cache (other tests' nodes can have pushed this
-    # node's entries out) and then rightly loads pyelftools; the steady state is the second.
-    wait_out_racy_window(sim_node)
-    assert runc_run(sim_node, bundle).returncode == 0
-    res = runc_run(sim_node, bundle)
-    assert res.returncode == 0, res.stderr.decode()
+    # The first run meets a cold cache and rightly loads pyelftools; the steady state is the second.
+    res = steady_run(sim_node, bundle, bundle, private_host_cache)
     assert "cuDriverGetVersion=12040" in res.stdout.decode()
     modules = set(out.read_text().split())
     assert "nct.edits.planner" in modules
@@ -191,16 +200,14 @@ def _installed_launcher(directory: Path) -> Path:
     return launcher
 
 
-def test_hook_start_up_imports(sim_node, rootfs, tmp_path):
+def test_hook_start_up_imports(sim_node, rootfs, tmp_path, private_host_cache):
     """The installed hook, reading the default config.toml as on an installed node,
     configures a container (all GPUs) without loading any of HOOK_HEAVY: checked with
     -X importtime, not with timings."""
-    # Steady state, as on a node: driver files older than the ELF cache's "racily new"
-    # window (nct.hostcache) and one container already started, so the cache holds them.
-    wait_out_racy_window(sim_node)
-    warm = runc_run(sim_node, bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"]))
-    assert warm.returncode == 0, warm.stderr.decode()
-    (rootfs.parent / "config.json").unlink()
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"])
+    (rootfs.parent / "config.json").rename(warm / "config.json")  # its root is an absolute path
 
     log = tmp_path / "imports.txt"
     wrapper = tmp_path / "hook-importtime"
@@ -210,8 +217,7 @@ def test_hook_start_up_imports(sim_node, rootfs, tmp_path):
     config = Path(nct.config.__file__).parent / "default.toml"
     hooks = {"prestart": [{"path": str(wrapper), "args": [HOOK, "-config", str(config), "prestart"]}]}
     bundle = bundle_with_hook(rootfs, SCRIPT, ["NVIDIA_VISIBLE_DEVICES=all"], hooks=hooks)
-    res = runc_run(sim_node, bundle)
-    assert res.returncode == 0, res.stderr.decode() + log.read_text()[-2000:]
+    res = steady_run(sim_node, warm, bundle, private_host_cache, log)
     assert gpu_nodes(sections(res.stdout.decode())) == {"nvidia0", "nvidia1", "nvidia2"}
     mods = {line.split("|")[-1].strip() for line in log.read_text().splitlines() if line.startswith("import time:")}
     assert "nct.container.apply" in mods and "nct.driver.discover" in mods

@@ -54,7 +54,8 @@ def test_installed_toolkit_runs_gpu_containers_without_any_python(sim_node, root
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     r = subprocess.run([str(toolkit / "nct"), "install", "--toolkit-root", str(root), "--runtime", "docker",
                         "--config", str(tmp_path / "daemon.json"), "--restart-mode", "none", "--no-daemon",
-                        "--toolkit-pid-file", str(tmp_path / "toolkit.pid")], capture_output=True, text=True, env=env)
+                        "--toolkit-pid-file", str(tmp_path / "toolkit.pid"), "--driver-root", "/", "--driver-root-ctr-path", "/"],
+                       capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert (root / "python/NCT-TOOLKIT").is_file() and not (root / "lib/python").exists()
     assert str(root / "nvidia-container-runtime") in (tmp_path / "daemon.json").read_text()

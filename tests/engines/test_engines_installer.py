@@ -93,9 +93,9 @@ class Installer:
 
 
 @needs_docker
-@pytest.mark.parametrize("sig,via", [(signal.SIGTERM, "--pid-file"), (signal.SIGINT, "--socket")])
-def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factory, busybox_image, sig, via):
-    """Reload through the pid file, or through the pid behind the API socket."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factory, busybox_image, sig):
+    """Reload through the pid behind the API socket (upstream's restart mode `signal`)."""
     cfg = tmp_path / "daemon.json"
     cfg.write_text(ORIGINAL)
     d = dockerd_factory(cfg)
@@ -103,9 +103,8 @@ def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factor
     assert "nvidia" not in d.runtimes()
     root = tmp_path / "toolkit"
     pidfile = tmp_path / "toolkit.pid"
-    engine = str(d.pidfile) if via == "--pid-file" else str(d.sock)
     inst = Installer(["--toolkit-root", str(root), "--runtime", "docker", "--config", str(cfg),
-                      via, engine, "--toolkit-pid-file", str(pidfile)], tmp_path)
+                      "--socket", str(d.sock), "--toolkit-pid-file", str(pidfile)], tmp_path)
     try:
         wait_for(lambda: "ready" in inst.output() or inst.proc.poll() is not None, "the installer")
         assert inst.proc.poll() is None, inst.output()
@@ -129,7 +128,7 @@ def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factor
 
 def _sim_missing() -> str | None:
     import importlib.util
-    for mod in ("nct.sim.cli", "nct.runtime.main", "nct.hook.main", "nct.container.apply"):
+    for mod in ("nct.cli.sim", "nct.runtime.main", "nct.hook.main", "nct.container.apply"):
         if importlib.util.find_spec(mod) is None:
             return f"{mod} is not there yet"
     return None
@@ -149,7 +148,8 @@ def test_gpu_container_through_installed_runtime_on_simulated_node(tmp_path, doc
     d = dockerd_factory(cfg, wrap=[str(BIN / "nct"), "sim", "run", str(sim), "--"])
     image = busybox_image(d)
     root = tmp_path / "toolkit"
-    inst = Installer(["--toolkit-root", str(root), "--config", str(cfg), "--pid-file", str(d.pidfile),
+    inst = Installer(["--toolkit-root", str(root), "--config", str(cfg), "--socket", str(d.sock),
+                      "--driver-root", "/", "--driver-root-ctr-path", "/",
                       "--toolkit-pid-file", str(tmp_path / "toolkit.pid")], tmp_path)
     try:
         wait_for(lambda: "ready" in inst.output() or inst.proc.poll() is not None, "the installer")
@@ -180,8 +180,9 @@ def test_install_with_cdi_writes_spec_and_enables_cdi(tmp_path):
     cfg.write_text(ORIGINAL)
     root, cdi = tmp_path / "toolkit", tmp_path / "cdi"
     r = nct("sim", "run", str(sim), "--", str(BIN / "nct"), "install", "--toolkit-root", str(root),
-            "--config", str(cfg), "--cdi", "--cdi-output-dir", str(cdi), "--no-daemon", "--restart-mode", "none",
-            "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+            "--config", str(cfg), "--cdi-enabled", "--cdi-full-spec", "--cdi-output-dir", str(cdi),
+            "--driver-root", "/", "--driver-root-ctr-path", "/", "--create-device-nodes", "none",
+            "--no-daemon", "--restart-mode", "none", "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
     if "not implemented" in r.stderr:
         pytest.skip(f"nvidia-ctk cdi generate is not there yet: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
@@ -191,6 +192,9 @@ def test_install_with_cdi_writes_spec_and_enables_cdi(tmp_path):
     assert {"0", "1", "all"} <= {d["name"] for d in spec["devices"]}
     hooks = [h["path"] for h in spec.get("containerEdits", {}).get("hooks", [])]
     assert all(h.startswith(str(root)) for h in hooks), hooks  # the installed hook binary
+    management = yaml.safe_load((cdi / "management.nvidia.com-gpu.yaml").read_text())
+    assert management["kind"] == "management.nvidia.com/gpu"
+    assert [d["name"] for d in management["devices"]] == ["all"]
     r = nct("install", "--toolkit-root", str(root), "--uninstall")
     assert r.returncode == 0, r.stderr
     assert cfg.read_text() == ORIGINAL and not cdi.exists() and not root.exists()
@@ -204,7 +208,7 @@ def test_install_for_containerd_seen_by_config_dump(tmp_path):
     root = tmp_path / "toolkit"
     r = nct("install", "--toolkit-root", str(root), "--runtime", "containerd", "--config", str(cfg),
             "--drop-in-config", str(tmp_path / "conf.d/99-nvidia.toml"), "--set-as-default", "--no-daemon",
-            "--restart-mode", "none", "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
+            "--config-source", "file", "--restart-mode", "none", "--toolkit-pid-file", str(tmp_path / "toolkit.pid"))
     assert r.returncode == 0, r.stderr
     dump = subprocess.run(["containerd", "--config", str(cfg), "config", "dump"], capture_output=True, text=True)
     assert dump.returncode == 0, dump.stderr

@@ -70,8 +70,8 @@ def test_podman_runs_the_hook_we_describe(podman, tmp_path):
     assert json.loads((tmp_path / "hook-args.state").read_text())["status"] == "creating"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nct.hook.main") is None or importlib.util.find_spec("nct.sim.cli") is None,
-                    reason="the hook (nct.hook.main) or the simulator (nct.sim.cli) is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("nct.hook.main") is None or importlib.util.find_spec("nct.cli.sim") is None,
+                    reason="the hook (nct.hook.main) or the simulator (nct.cli.sim) is not there yet")
 def test_podman_gpu_container_on_simulated_node(podman, tmp_path):
     sim = tmp_path / "node"
     r = subprocess.run([str(BIN / "nct"), "sim", "create", str(sim), "--gpus", "2"], capture_output=True, text=True)

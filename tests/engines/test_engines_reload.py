@@ -1,24 +1,42 @@
-"""Engine reload: SIGHUP to the pid from a pid file or behind a socket; clear errors."""
+"""Engine restart as upstream's installer does it: SIGHUP to the process behind the API
+socket, `systemctl restart` (through chroot into the host's root), or nothing; clear errors."""
 
 from __future__ import annotations
 
-import signal
+import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
 from nct.engines import reload
 from nct.errors import EngineConfigError
 
+from .conftest import is_static
 
-def test_signal_via_pid_file(tmp_path):
-    proc = subprocess.Popen(["sleep", "600"])
+LISTENER = """
+import signal, socket, sys, time
+got = []
+signal.signal(signal.SIGHUP, lambda *a: got.append(1))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(8)
+print("up", flush=True)
+while not got:
+    time.sleep(0.05)
+print("hup", flush=True)
+"""
+
+
+def test_signal_goes_to_the_process_serving_the_socket(tmp_path):
+    """A real listening process (not this one) gets the SIGHUP."""
+    sock = str(tmp_path / "engine.sock")
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER, sock], stdout=subprocess.PIPE, text=True)
     try:
-        pid_file = tmp_path / "engine.pid"
-        pid_file.write_text(f"{proc.pid}\n")
-        assert reload.reload_engine("containerd", "signal", str(pid_file)) == f"sent SIGHUP to containerd (pid {proc.pid})"
-        assert proc.wait(timeout=60) == -signal.SIGHUP
+        assert proc.stdout.readline() == "up\n"
+        assert reload.restart_engine("containerd", "signal", sock) == f"sent SIGHUP to containerd (pid {proc.pid})"
+        assert proc.stdout.readline() == "hup\n"
+        assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -27,29 +45,42 @@ def test_signal_via_pid_file(tmp_path):
 
 def test_pid_from_socket_is_the_listener(tmp_path):
     path = str(tmp_path / "engine.sock")
-    import os
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as srv:
         srv.bind(path)
         srv.listen(1)
         assert reload.pid_from_socket(path) == os.getpid()
 
 
-def test_auto_without_systemd_or_pid_file_only_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(reload, "systemd_running", lambda: False)
-    msg = reload.reload_engine("crio", "auto", str(tmp_path / "missing.pid"))
-    assert "restart crio" in msg
+def test_systemd_restart_runs_systemctl_in_the_host_root(tmp_path):
+    """HOST_ROOT_MOUNT: `chroot <host root> systemctl restart <engine>`, checked with a host root
+    whose systemctl is a static busybox script that records its arguments."""
+    busybox = "/bin/busybox"
+    if os.geteuid() != 0 or not os.path.exists(busybox) or not is_static(busybox):
+        pytest.skip("needs root and a static busybox (busybox-static)")
+    host = tmp_path / "host"
+    (host / "bin").mkdir(parents=True)
+    (host / "bin/busybox").write_bytes(open(busybox, "rb").read())
+    (host / "bin/busybox").chmod(0o755)
+    os.symlink("busybox", host / "bin/sh")
+    (host / "bin/systemctl").write_text('#!/bin/sh\necho "$@" > /called\n')
+    (host / "bin/systemctl").chmod(0o755)
+    assert reload.systemctl_command("crio", str(host)) == ["chroot", str(host), "systemctl", "restart", "crio"]
+    assert reload.systemctl_command("crio", "/") == ["systemctl", "restart", "crio"]
+    msg = reload.restart_engine("crio", "systemd", host_root=str(host))
+    assert msg.startswith("restarted crio") and (host / "called").read_text() == "restart crio\n"
+    (host / "bin/systemctl").write_text('#!/bin/sh\necho "Unit $2.service not found." >&2; exit 5\n')
+    with pytest.raises(EngineConfigError, match="systemctl restart docker: failed: Unit docker.service not found"):
+        reload.restart_engine("docker", "systemd", host_root=str(host))
 
 
-@pytest.mark.parametrize("content,needle", [(None, "not found"), ("abc", "does not hold a process id"),
-                                            ("1", "usable process id")])
-def test_bad_pid_file(tmp_path, content, needle):
-    f = tmp_path / "engine.pid"
-    if content is not None:
-        f.write_text(content)
-    with pytest.raises(EngineConfigError, match=needle):
-        reload.reload_engine("docker", "signal", str(f))
+def test_none_and_bad_modes(tmp_path):
+    assert reload.restart_engine("docker", "none") == "not restarting docker (--restart-mode=none)"
+    with pytest.raises(EngineConfigError, match="crio with a signal is not supported"):
+        reload.restart_engine("crio", "signal", str(tmp_path / "crio.sock"))
+    with pytest.raises(EngineConfigError, match="want signal, systemd or none"):
+        reload.restart_engine("docker", "auto")
 
 
 def test_socket_nobody_listens(tmp_path):
     with pytest.raises(EngineConfigError, match="cannot connect"):
-        reload.reload_engine("docker", "signal", sock=str(tmp_path / "none.sock"))
+        reload.restart_engine("docker", "signal", str(tmp_path / "none.sock"))

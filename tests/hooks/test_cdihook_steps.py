@@ -133,7 +133,7 @@ def test_steps_hook_carries_the_same_hooks_in_order():
 # ---- start-up imports ----------------------------------------------------------------------
 HEAVY = {"click", "dataclasses", "typing", "inspect", "ast", "yaml", "subprocess", "logging", "tempfile",
          "tomllib", "json", "re", "enum", "signal", "functools", "nct.cdi", "nct.oci", "nct.engines",
-         "nct.driver", "nct.edits", "nct.runtime"}
+         "nct.driver.discover", "nct.driver.nvml", "nct.driver.elf", "nct.edits", "nct.runtime"}
 
 
 @needs_root

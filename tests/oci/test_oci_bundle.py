@@ -204,6 +204,6 @@ def test_field_tree_matches_bundled_schema():
     from nct.oci import specfields
 
     gen = os.path.join(os.path.dirname(__file__), "data", "specfields_gen.py")
-    schema = os.path.join(os.path.dirname(specfields.__file__), "schema")
+    schema = os.path.join(os.path.dirname(__file__), os.pardir, "schemas", "oci")
     out = subprocess.run([sys.executable, gen, schema], capture_output=True, text=True, check=True).stdout
     assert eval(out) == specfields.FIELDS  # noqa: S307 - our own generator's repr

@@ -14,7 +14,7 @@ import pytest
 from nct.edits.model import ContainerEdits, DeviceNodeEdit, HookEdit, MountEdit, SymlinkEdit
 from nct.errors import SpecError
 from nct.cdi.inject import apply_cdi_edits, apply_edits_to_spec, fill_device_node, sort_mounts
-from nct.oci.validate import oci_schema_errors
+from schema_check import oci_schema_errors
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "good")
 

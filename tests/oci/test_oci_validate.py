@@ -9,7 +9,7 @@ import pytest
 
 from nct.errors import SpecError
 from nct.oci.bundle import read_spec_file
-from nct.oci.validate import oci_schema_errors, validate_oci_spec
+from schema_check import oci_schema_errors, validate_oci_spec
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 GOOD = sorted(os.listdir(os.path.join(DATA, "good")))

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from nct.oci.validate import oci_schema_errors
+from schema_check import oci_schema_errors
 
 from .conftest import entry_point, oci_spec
 

@@ -56,6 +56,8 @@ COMPLEX = [
     "[nvidia-container-runtime]\nruntimes.x = 1\n",
     "x = \"\"\"\n[nvidia-container-runtime]\nruntimes = [\"fake\"]\n\"\"\"\n",
     "[nvidia-container-runtime]\nmode = \"a\" \"b\"\n",
+    # another key's value over several lines: a line of it looks like a [table] header
+    "[nvidia-container-runtime]\nother = [\n  [1, 2],\n]\ndebug = \"/d\"\n",
 ]
 
 

@@ -94,13 +94,14 @@ python3 -c 'import sys; print("root python", sys.version.split()[0])'
 /opt/nct/nct --version
 /opt/nct/nvidia-ctk --version | head -1
 /opt/nct/nct install --toolkit-root /usr/local/nvidia/toolkit --runtime containerd \
-    --config /etc/containerd/config.toml --restart-mode none --no-daemon --toolkit-pid-file /run/toolkit.pid
+    --config /etc/containerd/config.toml --restart-mode none --no-daemon --toolkit-pid-file /run/toolkit.pid \
+    --driver-root / --driver-root-ctr-path / --config-source file
 T=/usr/local/nvidia/toolkit
 $T/nvidia-ctk runtime configure --runtime=docker --config=/etc/docker/daemon.json
 grep -c nvidia-container-runtime /etc/docker/daemon.json /etc/containerd/config.toml
 NCT_PROC_ROOT=/node/root/proc $T/nvidia-ctk cdi generate --driver-root /node/root --output /etc/cdi/nvidia.yaml
 grep -c 'name:' /etc/cdi/nvidia.yaml
-$T/python/bin/python3 -I -S -c 'import ctypes, zlib, hashlib, decimal, yaml, rpds, nct.driver.nvml; print("C extensions load:", yaml.__with_libyaml__)'
+$T/python/bin/python3 -I -S -c 'import ctypes, zlib, hashlib, decimal, yaml, nct.driver.nvml; print("C extensions load:", yaml.__with_libyaml__)'
 /opt/nct/nct install --toolkit-root /usr/local/nvidia/toolkit --runtime containerd \
     --config /etc/containerd/config.toml --uninstall
 echo "trap log: $(wc -l < /trap.log) lines"
@@ -176,7 +177,8 @@ ldd /usr/sbin/runc | grep -o ' /lib/x86_64-linux-gnu/libc.so.6'
 runc --version | head -1
 : > /trap.log
 /opt/nct/nct install --toolkit-root /usr/local/nvidia/toolkit --runtime docker \
-    --config /etc/docker/daemon.json --restart-mode none --no-daemon --toolkit-pid-file /run/toolkit.pid
+    --config /etc/docker/daemon.json --restart-mode none --no-daemon --toolkit-pid-file /run/toolkit.pid \
+    --driver-root / --driver-root-ctr-path /
 T=/usr/local/nvidia/toolkit
 $T/nvidia-ctk config --in-place --set nvidia-container-runtime.runtimes=/usr/sbin/runc
 exec $T/nct sim run /node -- /bin/sh /gpu.sh

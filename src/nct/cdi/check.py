@@ -240,7 +240,8 @@ def gpu_set_changes(raw: dict, node: Node, mig_uuids: dict[str, MigDevice] | Non
     for d in per_device:
         if d.kind in ("gpu-index", "gpu-uuid"):
             label = f"GPU {d.key}" if d.kind == "gpu-index" else d.name
-            g = by_index.get(d.key) if d.kind == "gpu-index" else by_uuid.get(d.key)  # type: ignore[arg-type]
+            # the type of `key` follows `kind` (a tagged union the checker cannot follow)
+            g = by_index.get(d.key) if d.kind == "gpu-index" else by_uuid.get(d.key)  # type: ignore[call-overload]
             if g is None:
                 changes.append(f"{label} gone")
             elif _in_mig_mode(g):
@@ -249,13 +250,13 @@ def gpu_set_changes(raw: dict, node: Node, mig_uuids: dict[str, MigDevice] | Non
                 changes.append(f"{label} now {g.device.path}, was {', '.join(sorted(d.gpu_nodes))}")
             continue
         if d.kind == "mig-index":
-            i, j = d.key  # type: ignore[misc]
+            i, j = d.key if isinstance(d.key, tuple) else (None, None)  # mig-index: (GPU index, MIG ordinal)
             label = f"MIG {i}:{j}"
             m = by_ij.get((i, j))
         else:
             label = d.name
             if mig_uuids is not None:
-                m = mig_uuids.get(d.key)  # type: ignore[arg-type]
+                m = mig_uuids.get(d.key)  # type: ignore[call-overload]  # kind mig-uuid: key is a str
                 m = by_ij.get((m.parent_index, m.ordinal)) if m is not None else None
             else:
                 m = next((x for x in migs if _mig_nodes(node, x) == (d.gpu_nodes, d.cap_nodes)), None)
@@ -271,7 +272,7 @@ def gpu_set_changes(raw: dict, node: Node, mig_uuids: dict[str, MigDevice] | Non
         mig_entries = {(d.gpu_nodes, d.cap_nodes) for d in per_device if d.kind == "mig-uuid"}
         if mig_uuids is not None:
             ijs |= {(m.parent_index, m.ordinal) for d in per_device if d.kind == "mig-uuid"
-                    for m in [mig_uuids.get(d.key)] if m is not None}  # type: ignore[arg-type]
+                    for m in [mig_uuids.get(d.key)] if m is not None}  # type: ignore[call-overload]
         for g in gpus:
             if not _in_mig_mode(g) and g.index not in indices and g.uuid.lower() not in uuids:
                 changes.append(f"no device for GPU {g.index} / {g.uuid}")

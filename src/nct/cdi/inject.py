@@ -127,7 +127,7 @@ def apply_cdi_edits(spec: dict, edits: dict) -> dict:
     if env_new:
         proc = _obj(spec, "process", "process")
         env = _lst(proc, "env", "process.env")
-        index = {}
+        index: dict[str, int] = {}
         for i, e in enumerate(env):
             index.setdefault(e.split("=", 1)[0], i)
         for e in env_new:

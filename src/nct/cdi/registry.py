@@ -14,6 +14,8 @@ TYPE_CHECKING = False  # not `typing` at run time: ~10 ms of the runtime's creat
 if TYPE_CHECKING:
     from typing import Iterable, Sequence
 
+    from nct.cdi.spec import DocCheck
+
 from nct.cdi.names import qualified_name
 from nct.cdi.spec import SPEC_EXTENSIONS, Spec, load_spec
 from nct.errors import SpecError
@@ -25,7 +27,7 @@ class Registry(Record, frozen=False):
     """All specs in `spec_dirs`, after `refresh()` (done on construction)."""
 
     spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS
-    schema: bool = False  # also check files against the official schema (imports jsonschema)
+    check: DocCheck | None = None  # an extra check of each file (the tests' CDI schema); no cache
     specs: list[Spec] = field(default_factory=list, init=False)
     devices: dict[str, tuple[Spec, dict]] = field(default_factory=dict, init=False)
     errors: list[str] = field(default_factory=list, init=False)
@@ -42,7 +44,7 @@ class Registry(Record, frozen=False):
         for prio, directory in enumerate(self.spec_dirs):
             for path in spec_files(directory):
                 try:
-                    spec = load_spec(path, priority=prio, schema=self.schema, cache=cache)
+                    spec = load_spec(path, priority=prio, check=self.check, cache=cache)
                 except SpecError as e:
                     self.errors.append(str(e))
                     continue

@@ -133,9 +133,9 @@ def build_spec(vendor: str, cls: str,
     already has that name. SpecError when a device ends up with no edits."""
     common_cdi = edits_to_cdi(common, hook_options) if common is not None else {}
     rendered: list[tuple[str, dict, dict | None]] = []
-    for entry in devices:
-        name, edits = entry[0], entry[1]
-        ann = entry[2] if len(entry) > 2 else None
+    for device in devices:
+        name, edits = device[0], device[1]
+        ann = device[2] if len(device) > 2 else None
         rendered.append((name, edits_to_cdi(edits, hook_options), ann))
     if all_device and rendered and "all" not in {r[0] for r in rendered}:
         rendered.append(("all", merge_cdi_edits(r[1] for r in rendered), None))

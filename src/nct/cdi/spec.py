@@ -4,8 +4,9 @@ A spec stays a plain dict in CDI's own field names (that is what gets injected a
 gets written); `Spec` wraps a validated one with where it came from. Loading is strict as
 in the reference library: unknown fields, bad names, duplicate devices, empty device
 edits and a cdiVersion too low for the content are all errors naming the file and field.
-The official JSON schema (shipped in nct/cdi/schema/) is applied on request; the strict
-checks here are a superset of it, so the hot path can skip importing jsonschema."""
+The strict checks here are a superset of the official JSON schema (upstream validates with
+its own code too); the tests also apply the schema itself (tests/schema_check.py, passed as
+`check=`), nct ships neither it nor jsonschema."""
 
 from __future__ import annotations
 
@@ -21,9 +22,14 @@ from nct.record import Record, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from nct.hostcache import SpecCache
 
-SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "schema")
+    # An extra check of a document (raises SpecError naming `source`): the tests' schema.
+    DocCheck = Callable[[object, str], None]
+
 HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 DEVICE_TYPES = ("", "b", "c", "u", "p")
 SPEC_EXTENSIONS = (".json", ".yaml")
@@ -313,6 +319,8 @@ def validate_spec(doc: dict, source: str = "<spec>", *, from_yaml: bool = False)
 
 def _validate(doc: dict, from_yaml: bool) -> dict:
     spec = _typed(doc, "spec", "", from_yaml)
+    if not isinstance(spec, dict):  # (_typed has checked it is a mapping)
+        raise SpecError("not a mapping")
     for req in ("cdiVersion", "kind", "devices"):
         if req not in spec:
             raise SpecError(f"missing required field {req!r}")
@@ -345,25 +353,28 @@ def _validate(doc: dict, from_yaml: bool) -> dict:
 
 
 def spec_from_data(data: bytes | str, source: str = "<spec>", *, fmt: str | None = None,
-                   priority: int = 0, schema: bool = False) -> Spec:
+                   priority: int = 0, check: DocCheck | None = None) -> Spec:
+    """A validated Spec from a file's bytes; `check` also applies to the document (for
+    JSON before the strict validation, for YAML after it has typed the scalars)."""
     doc, from_yaml = parse_spec_data(data, source, fmt=fmt)
-    if schema and not from_yaml:
-        check_schema(doc, source)
+    if check is not None and not from_yaml:
+        check(doc, source)
     spec = validate_spec(doc, source, from_yaml=from_yaml)
-    if schema and from_yaml:  # YAML scalars are typed by validate_spec first
-        check_schema(spec, source)
+    if check is not None and from_yaml:  # YAML scalars are typed by validate_spec first
+        check(spec, source)
     return Spec(spec, path=None if source.startswith("<") else source, priority=priority)
 
 
-def load_spec(path: str, *, priority: int = 0, schema: bool = False, cache: "SpecCache | None" = None) -> Spec:
-    """Read and strictly validate one spec file; `schema` also applies the official schema.
+def load_spec(path: str, *, priority: int = 0, check: DocCheck | None = None, cache: SpecCache | None = None) -> Spec:
+    """Read and strictly validate one spec file; `check` also applies (spec_from_data) and
+    bypasses the cache.
     `cache` (nct.hostcache.SpecCache): reuse the validated document of this very file (same
     device, inode, size, mtime, ctime) instead of parsing YAML again (~8 ms for 8 GPUs)."""
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())  # the identity of exactly the bytes read
-            key = cache.key(path, st) if cache is not None and not schema else None  # None: no caching
-            if key is not None:
+            key = cache.key(path, st) if cache is not None and check is None else None  # None: no caching
+            if cache is not None and key is not None:
                 hit = cache.get(key)
                 if isinstance(hit, dict):
                     try:
@@ -375,39 +386,10 @@ def load_spec(path: str, *, priority: int = 0, schema: bool = False, cache: "Spe
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
     except ValueError as e:
         raise SpecError(f"{path}: {e}") from None
-    spec = spec_from_data(data, path, priority=priority, schema=schema)
-    if key is not None:
+    spec = spec_from_data(data, path, priority=priority, check=check)
+    if cache is not None and key is not None:
         cache.put(key, spec.raw)
     return spec
-
-
-# --- official JSON schema -------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _schema_validator():
-    import jsonschema
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT7
-
-    res = {}
-    for name in ("schema.json", "defs.json"):
-        with open(os.path.join(SCHEMA_DIR, name), encoding="utf-8") as f:
-            res[name] = Resource.from_contents(json.load(f), default_specification=DRAFT7)
-    registry = Registry().with_resources(res.items())
-    return jsonschema.Draft7Validator(res["schema.json"].contents, registry=registry)
-
-
-def schema_errors(doc: object) -> list[str]:
-    """Violations of the official CDI JSON schema, as 'path: message'; [] when valid."""
-    errs = sorted(_schema_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    return ["$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
-            + f": {e.message}" for e in errs]
-
-
-def check_schema(doc: object, source: str = "<spec>") -> None:
-    errs = schema_errors(doc)
-    if errs:
-        raise SpecError(f"{source}: does not match the CDI schema: {errs[0]}")
 
 
 # --- writing ------------------------------------------------------------------------
@@ -444,7 +426,9 @@ def dump_spec(spec: dict, fmt: str = "yaml") -> str:
 def _yaml_dump(doc: dict) -> str:
     import yaml
 
-    class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    base: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's when there
+
+    class Dumper(base):
         def ignore_aliases(self, data) -> bool:  # shared sub-objects are written out in full
             return True
 

@@ -10,7 +10,6 @@ VALID_VERSIONS: tuple[str, ...] = (
     "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
 )
 LOWEST_VERSION = "0.3.0"  # the oldest version the reference library still writes
-CURRENT_VERSION = "1.1.0"
 
 
 def normalize(version: str) -> str | None:

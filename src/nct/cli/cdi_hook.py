@@ -209,9 +209,10 @@ def run_step(name: str, o: dict, states: States) -> str | None:
     if name == "disable-device-node-modification":
         from nct.container.hooks import disable_device_node_modification
 
-        proc = os.environ.get("NCT_PROC_ROOT", "/proc")
+        from nct.driver.rootpath import proc_root
+
         with open_root(states.root(spec)) as root:
-            disable_device_node_modification(root, f"{proc}/driver/nvidia/params")
+            disable_device_node_modification(root, f"{proc_root()}/driver/nvidia/params")
         return None
     if name == "update-application-profile":
         from nct.container.hooks import update_application_profile

@@ -17,12 +17,11 @@ import click
 from nct import UPSTREAM_COMPAT_VERSION, __version__
 from nct.cli.lazy import LazyGroup
 from nct.errors import NctError
-from nct.limits import is_number
+from nct.limits import MAX_IMEX_CHANNEL, is_number
 
 PROG = "nvidia-container-cli"
 # libnvidia-container release that ships with the toolkit nct follows.
 LIBNVC_VERSION = UPSTREAM_COMPAT_VERSION
-IMEX_MAX_CHANNEL = (1 << 20) - 1
 
 COMMANDS = {
     "configure": ("nct.cli.configure_cmd", "configure",
@@ -51,10 +50,10 @@ class CliOptions(Record):
     no_create_imex_channels: bool = False
 
     def roots(self):
-        from nct.driver.discover import default_proc_root
+        from nct.driver.rootpath import proc_root
         from nct.driver.model import Roots
 
-        return Roots(driver=self.root, dev=self.root, proc=default_proc_root())
+        return Roots(driver=self.root, dev=self.root, proc=proc_root())
 
 
 class _Group(LazyGroup):
@@ -239,7 +238,7 @@ def _parse_imex(values: tuple[str, ...], node) -> list[int]:
         if v.lower() == "all":
             chans += [int(c.path.rsplit("channel", 1)[1]) for c in node.imex_channels]
             continue
-        if not is_number(v) or int(v) > IMEX_MAX_CHANNEL:
+        if not is_number(v) or int(v) > MAX_IMEX_CHANNEL:
             raise CliFailure(f"error parsing IMEX info: invalid channel ID: {v}")
         chans.append(int(v))
     return list(dict.fromkeys(chans))

@@ -11,9 +11,9 @@ from nct.cli.lazy import LazyGroup
 
 COMMANDS = {
     "hook": ("nct.cli.cdi_hook", "ctk_hook", "OCI hooks used by CDI specs (as nvidia-cdi-hook)."),
-    "runtime": ("nct.engines.cli", "runtime_group", "Configure a container engine for the NVIDIA runtime."),
-    "cdi": ("nct.cdi.cli", "cdi_group", "Generate and list CDI specifications."),
-    "config": ("nct.config.cli", "config_group", "Show, edit or create config.toml."),
+    "runtime": ("nct.cli.engines", "runtime_group", "Configure a container engine for the NVIDIA runtime."),
+    "cdi": ("nct.cli.cdi", "cdi_group", "Generate and list CDI specifications."),
+    "config": ("nct.cli.config", "config_group", "Show, edit or create config.toml."),
     "system": ("nct.cli.system", "system_group", "Node utilities: device nodes and /dev/char links."),
 }
 

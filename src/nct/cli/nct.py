@@ -9,10 +9,11 @@ from nct import __version__
 from nct.cli.lazy import LazyGroup
 
 COMMANDS = {
-    "sim": ("nct.sim.cli", "sim", "Simulated GPU node: create one, run commands inside it."),
-    "install": ("nct.engines.installer", "install_command", "Install nct into a toolkit dir and configure an engine."),
-    "runtime": ("nct.engines.cli", "runtime_group", "Configure or unconfigure a container engine."),
-    "cdi": ("nct.cdi.cli", "cdi_group", "CDI specs: generate, list, check against the node."),
+    "sim": ("nct.cli.sim", "sim", "Simulated GPU node: create one, run commands inside it."),
+    "install": ("nct.cli.installer", "installer_command",
+                "nvidia-ctk-installer: install the toolkit and configure an engine."),
+    "runtime": ("nct.cli.engines", "runtime_group", "Configure or unconfigure a container engine."),
+    "cdi": ("nct.cli.cdi", "cdi_group", "CDI specs: generate, list, check against the node."),
     "ctk": ("nct.cli.ctk", "ctk", "nvidia-ctk: the toolkit's command-line tool."),
     "container-cli": ("nct.cli.container_cli", "cli", "nvidia-container-cli: info, list, configure."),
     "cdi-hook": ("nct.cli.cdi_hook", "cdi_hook", "nvidia-cdi-hook: OCI hooks for CDI specs."),
@@ -26,7 +27,8 @@ def nct() -> None:
 
     The upstream commands are installed under their own names too:
     nvidia-container-runtime, nvidia-container-runtime-hook (nvidia-container-toolkit),
-    nvidia-container-cli, nvidia-ctk and nvidia-cdi-hook.
+    nvidia-container-cli, nvidia-ctk and nvidia-cdi-hook; the installer as
+    nvidia-ctk-installer and nvidia-toolkit (= nct install).
     """
 
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 
-import tomlkit
-from tomlkit.items import Comment, Null, Table, Trivia
-
+from nct import tomledit as te
 from nct.config import schema
 from nct.config.load import DEFAULT_LDCONFIG, effective_ldconfig, parse_config
 from nct.errors import ConfigError
@@ -43,16 +41,16 @@ def default_text() -> str:
     return text
 
 
-def parse_document(text: str, source: str | None = None) -> tomlkit.TOMLDocument:
+def parse_document(text: str, source: str | None = None) -> te.TOMLDocument:
     """Parse TOML for editing; syntax errors name the file and line."""
     try:
-        return tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as e:
+        return te.parse_raw(text)
+    except te.ParseError as e:
         msg = str(e).split(" at line ")[0]
         raise ConfigError(f"{source or '<config>'}: line {e.line}, column {e.col + 1}: invalid TOML: {msg}") from None
 
 
-def load_document(path: str) -> tuple[tomlkit.TOMLDocument, bool]:
+def load_document(path: str) -> tuple[te.TOMLDocument, bool]:
     """(document, existed). A missing file yields the default document, as upstream's
     `nvidia-ctk config` does (so `--in-place` creates a complete file)."""
     try:
@@ -123,55 +121,15 @@ def parse_set(flag: str, *, list_separator: str | None = None) -> tuple[str, obj
 # document edits
 
 
-def _comment_line(name: str, value: object) -> Comment:
-    rendered = tomlkit.item(value).as_string()
-    return Comment(Trivia(comment_ws="", comment=f"#{name} = {rendered}", trail="\n"))
+def _not_a_table(path: str) -> ConfigError:
+    return ConfigError(f"cannot set keys under {path}: it is a value, not a table")
 
 
-def _container(table):
-    """The tomlkit Container behind a document or table."""
-    return table if isinstance(table, tomlkit.TOMLDocument) else table.value
+def _get_table(doc: te.TOMLDocument, section: list[str], create: bool):
+    return te.table_at(doc, section, create, _not_a_table)
 
 
-def _find_comment(table, name: str) -> int | None:
-    body = _container(table).body
-    for idx, (k, item) in enumerate(body):
-        if k is None and isinstance(item, Comment):
-            text = item.trivia.comment.lstrip("#").strip()
-            head, eq, _ = text.partition("=")
-            if eq and head.strip() == name:
-                return idx
-    return None
-
-
-def _find_key(table, name: str) -> int | None:
-    for idx, (k, _item) in enumerate(_container(table).body):
-        if k is not None and k.key == name:
-            return idx
-    return None
-
-
-def _get_table(doc: tomlkit.TOMLDocument, section: list[str], create: bool):
-    """Walk to (creating) the table that holds a key; None if absent and not creating."""
-    current = doc
-    for depth, part in enumerate(section):
-        if part in current:
-            nxt = current[part]
-            if not isinstance(nxt, (Table, tomlkit.items.InlineTable)):
-                path = ".".join(section[: depth + 1])
-                raise ConfigError(f"cannot set keys under {path}: it is a value, not a table")
-            current = nxt
-            continue
-        if not create:
-            return None
-        is_super = depth < len(section) - 1
-        new = tomlkit.table(is_super_table=is_super)
-        current.append(part, new)
-        current = current[part]
-    return current
-
-
-def set_value(doc: tomlkit.TOMLDocument, key: str, value: object) -> None:
+def set_value(doc: te.TOMLDocument, key: str, value: object) -> None:
     """Set one dotted key, checked against the model. `value` may be typed (bool, str,
     list) or the raw --set string; DELETE removes the key."""
     entry = lookup_key(key)
@@ -194,36 +152,15 @@ def set_value(doc: tomlkit.TOMLDocument, key: str, value: object) -> None:
     if suggestion is not _MISSING and is_default:
         # Written as upstream writes defaults: the commented suggestion, no active key.
         table = _get_table(doc, section, create=False)
-        if table is None:
-            return
-        idx = _find_key(table, name)
-        if idx is None:
-            return
-        if isinstance(table, tomlkit.items.InlineTable):  # no comments inside { ... }
-            del table[name]
-            return
-        container = _container(table)
-        has_comment = _find_comment(table, name) is not None
-        container._remove_at(idx)  # leaves a Null placeholder at idx: indices stay valid
-        if not has_comment:
-            container.body[idx] = (None, _comment_line(name, suggestion))
+        if table is not None:
+            te.comment_out(table, name, suggestion)
         return
 
     created = _get_table(doc, section, create=False) is None
     table = _get_table(doc, section, create=True)
-    item = tomlkit.item(value)
-    if name in table:
-        table[name] = item  # tomlkit keeps position and any trailing comment
-    else:
-        comment_idx = _find_comment(table, name)
-        if comment_idx is not None:
-            container = _container(table)
-            container.body[comment_idx] = (None, Null())
-            container._insert_at(comment_idx, name, item)
-        else:
-            table.append(name, item)
+    te.set_in_place(table, name, value)
     if created and section:
-        _separate_new_table(doc, section)
+        te.separate_new_table(doc, section)
 
 
 def _as_toml(default: object) -> object:
@@ -245,29 +182,16 @@ def _check_type(entry: schema.Key, value: object) -> None:
         raise ConfigError(f"invalid value for {entry.path}: expected {entry.kind}, got {type(value).__name__}")
 
 
-def _separate_new_table(doc: tomlkit.TOMLDocument, section: list[str]) -> None:
-    """A table appended before other tables needs a blank line after it."""
-    top = doc[section[0]]
-    table = doc
-    for part in section:
-        table = table[part]
-    rendered = tomlkit.dumps(doc)
-    block = table.as_string()
-    if not block.endswith("\n\n") and not rendered.endswith(block):
-        table.add(tomlkit.nl())
-    del top
-
-
-def apply_sets(doc: tomlkit.TOMLDocument, flags: list[str], *, list_separator: str | None = None) -> None:
+def apply_sets(doc: te.TOMLDocument, flags: list[str], *, list_separator: str | None = None) -> None:
     """Apply repeated `--set key[=value]` flags in order."""
     for flag in flags:
         key, value = parse_set(flag, list_separator=list_separator)
         set_value(doc, key, value)
 
 
-def render(doc: tomlkit.TOMLDocument, source: str | None = None) -> str:
+def render(doc: te.TOMLDocument, source: str | None = None) -> str:
     """The document as text, validated by the same loader the runtime uses."""
-    text = tomlkit.dumps(doc)
+    text = te.dumps(doc)
     parse_config(text, source)
     return text
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 from nct.config import model, schema
-from nct.config.paths import resolve_config_path
-from nct.config.tomlscan import first_unquoted
+from nct.config.paths import read_config_text, resolve_config_path
+from nct.config.tomlscan import find_key_line
 from nct.errors import ConfigError
 
 DEFAULT_LDCONFIG = "@/sbin/ldconfig"
@@ -44,20 +44,9 @@ def load_config(path: str | None = None, *, required: bool | None = None) -> mod
         must_exist = bool(required)
     else:
         must_exist = True if required is None else required
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        if must_exist:
-            raise ConfigError(f"{path}: config file not found") from None
+    text = read_config_text(path, must_exist)
+    if text is None:
         return default_config()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config file: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line}: invalid TOML: not valid UTF-8") from None
     return parse_config(text, path)
 
 
@@ -242,77 +231,3 @@ def check_supported_capabilities(cfg: model.Config) -> None:
 
 # ---------------------------------------------------------------------------------------
 # key -> line number
-
-
-def _split_key(s: str) -> list[str]:
-    """Split a TOML (dotted, possibly quoted) key into its parts."""
-    parts, cur, quote = [], [], ""
-    for ch in s:
-        if quote:
-            if ch == quote:
-                quote = ""
-            else:
-                cur.append(ch)
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ".":
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur).strip())
-    return parts
-
-
-def _key_part(line: str) -> str | None:
-    """The key of a `key = value` line (None when the line has no key)."""
-    i = first_unquoted(line, "=#")
-    return line[:i] if i >= 0 and line[i] == "=" else None
-
-
-def find_key_line(text: str, dotted: str) -> int | None:
-    """1-based line of the line that defines `dotted` (or, for a value inside an inline
-    table, of its closest enclosing key); None if it cannot be found."""
-    target = _split_key(dotted) if '"' in dotted or "'" in dotted else dotted.split(".")
-    best: tuple[int, int] | None = None  # (matched parts, line)
-    table: list[str] = []
-    in_multiline = ""
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if in_multiline:
-            if in_multiline in line:
-                in_multiline = ""
-            continue
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("["):
-            inner = line[2:] if line.startswith("[[") else line[1:]
-            end = inner.find("]")
-            if end < 0:
-                continue
-            table = _split_key(inner[:end])
-            path = table
-        else:
-            key = _key_part(line)
-            if key is None:
-                continue
-            path = table + _split_key(key)
-            rest = line[len(key) + 1 :]
-            for q in ('"""', "'''"):
-                if rest.count(q) == 1:
-                    in_multiline = q
-        k = len(path)
-        if path == target[:k] and (best is None or k > best[0]):
-            best = (k, n)
-            if k == len(target):
-                return n
-    if best is not None and best[0] > 0 and len(target) > best[0]:
-        # only a value inside an inline table / array of tables can land here
-        return best[1] if _is_leafish(text, best[1]) else None
-    return None
-
-
-def _is_leafish(text: str, line: int) -> bool:
-    """True when the line is a key/value (not a table header): the closest key we found
-    holds the target inside an inline value."""
-    return not text.splitlines()[line - 1].lstrip().startswith("[")

@@ -27,10 +27,11 @@ from __future__ import annotations
 import os
 import stat
 
+from nct import child
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceRule, JailSite, allow_devices
 from nct.container.rootfs import Root
-from nct.edits.model import ContainerEdits
+from nct.edits.model import ContainerEdits, DeviceNodeEdit
 from nct.errors import ContainerError
 from nct.record import Record
 
@@ -103,33 +104,25 @@ def _is_host_root(rootfs: str) -> bool:
 
 
 def _run_in_child(fn) -> None:
-    r, w = os.pipe2(os.O_CLOEXEC)
-    child = os.fork()
-    if child == 0:
-        code = 1
+    """fn() in a forked child (it enters the container's namespaces); its error comes
+    back as one line."""
+    def body(w: int) -> int:
         try:
-            os.close(r)
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)  # never outlive the hook
             os.umask(0o022)  # created dirs 0755, files as asked, whatever umask the runtime had
             fn()
-            code = 0
+            return 0
         except ContainerError as e:
             os.write(w, str(e).encode()[:4000])
         except BaseException as e:  # noqa: BLE001 - an unexpected error still comes back as one line
             os.write(w, f"{type(e).__name__}: {e}".encode()[:4000])
-        finally:
-            os._exit(code)
-    os.close(w)
-    data = b""
-    while True:
-        b = os.read(r, 4096)
-        if not b:
-            break
-        data += b
-    os.close(r)
-    _, status = os.waitpid(child, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return 1
+
+    pid, r = child.fork(body)
+    done = child.collect(pid, r)
+    if done.ok:
         return
+    data, status = done.data, done.status
     raise ContainerError(data.decode(errors="replace") or f"configuring the container failed (status {status})")
 
 
@@ -358,7 +351,7 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         if m.type not in (None, "bind", "rbind"):
             raise ContainerError(f"mount {m.container_path}: unsupported mount type {m.type}")
         mounts.append(_open_source(m.host_path, m.container_path, sc.attrs_from_options(m.options)))
-    devices = []
+    devices: list[tuple[DeviceNodeEdit, _Source | None, int]] = []
     for d in edits.device_nodes:
         if options.no_devbind:
             try:
@@ -374,8 +367,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
     if edits.proc_driver_gpus is not None:
         proc_files = _proc_copies(options.proc_root)
         for bus in edits.proc_driver_gpus:
-            src = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
-            gpu_dirs.append((bus, _open_source(src, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
+            gpu_dir = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
+            gpu_dirs.append((bus, _open_source(gpu_dir, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
     ld_fd = None
     run_ld = not options.no_ldconfig and (edits.ldconfig_folders or edits.cuda_compat_dir)
     host_ld = ldconfig.host_ldconfig(options.ldconfig)
@@ -389,9 +382,9 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         _proc_view(root, proc_files, gpu_dirs)
     for src in mounts:
         _attach(root, src)
-    for d, src, mode in devices:
-        if src is not None:
-            _attach(root, src)
+    for d, node_src, mode in devices:
+        if node_src is not None:
+            _attach(root, node_src)
         else:
             root.mknod(d.path, mode, d.major, d.minor)
     for s in edits.symlinks:

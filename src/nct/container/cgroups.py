@@ -18,6 +18,10 @@ from nct.container import syscalls as sc
 from nct.errors import ContainerError
 from nct.record import Record
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
 
 class DeviceRule(Record):
     """One allow rule: type "c"/"b", major, minor (-1 = any), access subset of "rwm"."""
@@ -133,14 +137,14 @@ def rules_prologue(rules: list[DeviceRule]) -> bytes:
         acc = 0
         for ch in rule.access:
             acc |= _BPF_DEVCG_ACC[ch]
-        block = [("type", rule.type), ("major", rule.major)]
+        block: list[tuple[str, str | int]] = [("type", rule.type), ("major", rule.major)]
         if rule.minor >= 0:
             block.append(("minor", rule.minor))
         n = 3 * len(block) + 5  # (mov/xor/jne) per compare + mov/and/jne + mov/exit
         out: list[bytes] = []
         for what, value in block:
             reg = {"type": 3, "major": 4, "minor": 5}[what]
-            imm = _BPF_DEVCG_DEV[value] if what == "type" else value
+            imm = _BPF_DEVCG_DEV[str(value)] if what == "type" else int(value)
             out.append(_insn(_MOV64_REG, 6, reg))
             out.append(_insn(_XOR64_K, 6, imm=imm))
             out.append(_insn(_JNE_K, 6, off=n - len(out) - 1, imm=0))
@@ -153,7 +157,7 @@ def rules_prologue(rules: list[DeviceRule]) -> bytes:
     return b"".join(code)
 
 
-def deny_all_program(allow: list[DeviceRule] = ()) -> bytes:
+def deny_all_program(allow: Sequence[DeviceRule] = ()) -> bytes:
     """A complete program: allow `allow`, deny everything else (what runc attaches, in tests)."""
     return rules_prologue(list(allow)) + _insn(_MOV64_K, 0, imm=0) + _insn(_EXIT)
 

@@ -105,10 +105,10 @@ def disable_device_node_modification(root: Root, host_params: str = "/proc/drive
     the container never tries to create device nodes). No-op unless the host says 1."""
     try:
         with open(host_params, "rb") as f:
-            data = f.read(1 << 20)
+            raw = f.read(1 << 20)
     except OSError:
         return False
-    data = params_without_modify(data)
+    data = params_without_modify(raw)
     if data is None:
         return False
     try:

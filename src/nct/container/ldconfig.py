@@ -26,14 +26,18 @@ import select
 import _signal as signal  # not `signal`: its enums import `enum` (~1.5 ms per container)
 import stat
 import struct
-import time
 
+from nct import child  # here, not in _spawn: by then the process may be in the container's root
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root, open_regular, unescape_mount_field
 from nct.errors import ContainerError
 from nct.limits import shown
 from nct.sigreset import default_signals
+
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
 
 MFD_EXEC = 0x10
 OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
@@ -232,7 +236,7 @@ def _glob(root: Root, pattern: str, budget: list[int], steps: list[int]) -> list
             literal = []
         if comp is None:
             break
-        nxt = []
+        nxt: list[str] = []
         for d in found:
             if budget[0] <= 0:  # past the bound: what was matched so far
                 return sorted(nxt)
@@ -554,7 +558,7 @@ def _enter_root(root: Root, no_pivot: bool) -> None:
 
 
 def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldconfig",
-                 write_conf: bool = False, extra_files: list[tuple[str, bytes]] = (),
+                 write_conf: bool = False, extra_files: Sequence[tuple[str, bytes]] = (),
                  no_pivot: bool = False, ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> None:
     """Update the container's /etc/ld.so.cache for `folders` (container paths).
 
@@ -578,7 +582,7 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
 
 
 def _run_ldconfig(root: Root, folders: list[str], ldconfig: str, write_conf: bool,
-                  extra_files: list[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
+                  extra_files: Sequence[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
                   jail: DeviceJail) -> None:
     if write_conf and update_musl_path(root, folders):
         return
@@ -629,13 +633,11 @@ def _wait_status(status: int) -> int:
 def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool, jail: DeviceJail) -> None:
     if jail.problem:  # the nodev view below still keeps devices out; say what is missing
         os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
-    pid = os.fork()
-    if pid == 0:  # child: never returns
+
+    def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
         try:
-            os.close(err_r)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
             # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
@@ -687,30 +689,13 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
                 os.write(2, f"ldconfig: {e}\n".encode())
             except OSError:
                 pass
-        finally:
-            os._exit(code)
-    os.close(err_w)
-    tail = b""
-    deadline = time.monotonic() + LDCONFIG_TIMEOUT + 5
-    killed = False
-    poller = select.poll()
-    poller.register(err_r, select.POLLIN)
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not poller.poll(max(1, int(left * 1000))):
-                os.kill(pid, signal.SIGKILL)  # ignored its alarm (or something holds the pipe)
-                killed = True
-                break
-            b = os.read(err_r, 65536)
-            if not b:
-                break
-            # only the tail is ever shown: what an image's ldconfig (or the host one warning
-            # about each of a hostile configuration's lines) prints is not all kept
-            tail = (tail + b)[-OUTPUT_TAIL:]
-    finally:
-        os.close(err_r)
-        _, status = os.waitpid(pid, 0)
+        return code
+
+    pid, err_r = child.fork(body, error_exit=127)
+    # only the tail is ever shown: what an image's ldconfig (or the host one warning about
+    # each of a hostile configuration's lines) prints is not all kept
+    done = child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)
+    tail, status, killed = done.data, done.status, done.timed_out  # killed: ignored its alarm
     out = tail.decode(errors="replace").strip()
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):
         raise ContainerError(f"ldconfig in container root {root.path} timed out "

@@ -120,7 +120,7 @@ class Root:
     def _proc(self, name: str) -> str:
         fd = os.open(f"../self/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_dir())
         try:
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 b = os.read(fd, 1 << 16)
                 if not b:
@@ -144,9 +144,9 @@ class Root:
         mnt = self._mount_id(dir_fd)
         if mnt == self._root_mnt:
             return True
-        dev = os.fstat(dir_fd).st_dev
+        st_dev = os.fstat(dir_fd).st_dev
         entry = self._mounts.get(mnt)
-        if entry is None or entry[2] != f"{os.major(dev)}:{os.minor(dev)}":
+        if entry is None or entry[2] != f"{os.major(st_dev)}:{os.minor(st_dev)}":
             # not seen, or a stale entry: mount ids are reused, and a container that can mount
             # may have put a volume where a tmpfs we looked at was
             self._mounts = _mountinfo_table(self._proc("mountinfo"))
@@ -545,16 +545,3 @@ def open_regular(root: Root, path: str) -> int | None:
         return root.open_regular(path)
     except (FileNotFoundError, ContainerError):
         return None
-
-
-def read_regular(root: Root, path: str, limit: int) -> bytes | None:
-    """At most `limit` bytes of the regular file `path` in the root (see open_regular)."""
-    fd = open_regular(root, path)
-    if fd is None:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)

@@ -457,7 +457,3 @@ def bpf_prog_xlated(prog_fd: int) -> bytes:
     struct.pack_into("IIQ", attr, 0, prog_fd, len(info), ctypes.addressof(info))
     _bpf(BPF_OBJ_GET_INFO_BY_FD, attr, "read bpf program instructions")
     return buf.raw[:size]
-
-
-def errno_of(exc: BaseException) -> int | None:
-    return getattr(exc, "errno", None)

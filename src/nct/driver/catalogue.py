@@ -75,12 +75,6 @@ FIRMWARE_DIRS: tuple[str, ...] = (
     "/lib/firmware/updates", "/lib/firmware",
 )
 
-# Symlinks created in the container next to mounted libraries: (link name, target).
-LIBRARY_SYMLINKS: tuple[tuple[str, str], ...] = (
-    ("libcuda.so", "libcuda.so.1"),
-    ("libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1"),
-)
-
 # SONAME major of each library (what the real driver ships): name.so -> name.so.<major>.
 # Everything not listed has SONAME major 1.
 SONAME_MAJOR: dict[str, str] = {

@@ -15,24 +15,26 @@ from nct.driver import procfs
 from nct.driver.elf import native_machine
 from nct.driver.ldcache import LdCache, read_ldcache
 from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
-from nct.driver.rootpath import host_path, resolve_in_root
+from nct.driver.rootpath import host_path, proc_root, resolve_in_root
 from nct.errors import DiscoveryError
+
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 log = get_logger("nct.driver")
 
-PROC_ROOT_ENV = "NCT_PROC_ROOT"
 DEFAULT_LDCACHE = "/etc/ld.so.cache"
-
-
-def default_proc_root() -> str:
-    return os.environ.get(PROC_ROOT_ENV) or "/proc"
 
 
 def roots_from_config(cfg) -> Roots:
     """Driver root = [nvidia-container-cli] root (or "/"), dev root = driver root,
     proc root = $NCT_PROC_ROOT or /proc."""
     root = cfg.nvidia_container_cli.root or "/"
-    return Roots(driver=root, dev=root, proc=default_proc_root())
+    return Roots(driver=root, dev=root, proc=proc_root())
 
 
 def _sys_root(proc_root: str) -> str:
@@ -40,7 +42,7 @@ def _sys_root(proc_root: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(proc_root).rstrip("/")) or "/", "sys")
 
 
-def _read_optional(path: str, parse) -> object | None:
+def _read_optional(path: str, parse: Callable[[str, str], _T]) -> _T | None:
     try:
         text = procfs.read_text(path)
     except FileNotFoundError:
@@ -176,7 +178,7 @@ def _apply_nvml(gpus: list[Gpu], facts) -> list[Gpu]:
 def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use_nvml: bool = True) -> Node:
     """Everything the node has. Raises DiscoveryError (one line) when there is no driver or
     a file holds garbage; NVML problems only mean fewer facts."""
-    roots = roots or Roots(proc=default_proc_root())
+    roots = roots or Roots(proc=proc_root())
     version = read_driver_version(roots.proc)
     majors = _read_optional(os.path.join(roots.proc, procfs.DEVICES_FILE), procfs.parse_devices) or {}
     # mig-minors is parsed for validation: garbage there is reported even if unused.

@@ -59,7 +59,7 @@ def read_elf(path: str, opened=None) -> ElfInfo:
             # and parsing a few program headers is far cheaper than every section header.
             for segment in elf.iter_segments():
                 if segment["p_type"] == "PT_DYNAMIC":
-                    for tag in segment.iter_tags():
+                    for tag in segment.iter_tags():  # type: ignore[attr-defined]  # a DynamicSegment
                         if tag.entry.d_tag == "DT_SONAME":
                             soname = tag.soname
                         elif tag.entry.d_tag == "DT_NEEDED":

@@ -8,6 +8,7 @@ file appears inside a container.
 
 from __future__ import annotations
 
+from nct.driver.rootpath import host_path
 from nct.record import Record, field
 
 # Capabilities of NVIDIA_DRIVER_CAPABILITIES, in upstream's sorted order.
@@ -28,10 +29,7 @@ class Roots(Record):
 
     def host(self, path: str, root: str | None = None) -> str:
         """Join an absolute node path onto a root ("/" leaves it unchanged)."""
-        base = self.driver if root is None else root
-        if base in ("", "/"):
-            return path
-        return base.rstrip("/") + "/" + path.lstrip("/")
+        return host_path(self.driver if root is None else root, path)
 
 
 class DeviceNode(Record):
@@ -128,6 +126,3 @@ class Node(Record):
             f for f in self.files
             if f.kind == kind and (capabilities is None or f.capability is None or f.capability in capabilities)
         ]
-
-    def gpu_by_minor(self, minor: int) -> Gpu | None:
-        return next((g for g in self.gpus if g.minor == minor), None)

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
-import signal
-import time
+from nct import child
 from nct.record import Record, field
 
 log = logging.getLogger("nct.driver")
@@ -91,7 +89,6 @@ def _enter_root(root: str | None, paths: list[str | None]) -> list[str | None]:
 # nvml.h: return codes and buffer sizes of the calls below.
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_DEVICE_MIG_ENABLE = 1
 _VERSION_BUFFER = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
@@ -176,7 +173,7 @@ class NvmlLib:
         """As libnvidia-container formats it: from the numeric fields of nvmlPciInfo_t."""
         c = self.c
 
-        class PciInfo(c.Structure):
+        class PciInfo(c.Structure):  # type: ignore[name-defined]  # c is the ctypes module, imported late
             _fields_ = [("busIdLegacy", c.c_char * 16), ("domain", c.c_uint), ("bus", c.c_uint),
                         ("device", c.c_uint), ("pciDeviceId", c.c_uint), ("pciSubSystemId", c.c_uint),
                         ("busId", c.c_char * 32)]
@@ -308,63 +305,35 @@ def _child_query(nvml_lib: str | None, cuda_lib: str | None, root: str | None = 
     return out
 
 
-def _run_forked(fn, *args, timeout: float) -> tuple[dict | None, str]:
+def _run_forked(fn, *args, timeout: float) -> tuple[object, str]:
     """fn(*args) in a forked child, its JSON answer read back; (None, why) when it gives none."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
+    def body(w: int) -> None:
+        # Driver libraries may print; keep the caller's stderr clean (and no faulthandler
+        # dump from a crash in the library).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
         try:
-            os.close(r)
-            # Driver libraries may print; keep the caller's stderr clean (and no faulthandler
-            # dump from a crash in the library).
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            try:
-                import faulthandler
+            import faulthandler
 
-                faulthandler.disable()
-            except Exception:
-                pass
-            data = json.dumps(fn(*args)).encode()
-            view = memoryview(data)
-            while view:
-                n = os.write(w, view)
-                view = view[n:]
-        except BaseException:
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
-    size = 0
+            faulthandler.disable()
+        except Exception:
+            pass
+        data = json.dumps(fn(*args)).encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(w, view)
+            view = view[n:]
+
+    pid, r = child.fork(body)
+    done = child.collect(pid, r, timeout, limit=MAX_ANSWER)
     why = ""
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                os.kill(pid, signal.SIGKILL)
-                why = f"timed out after {timeout:g} s"
-                break
-            ready, _, _ = select.select([r], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_ANSWER:  # the library wrote into our pipe: not an answer
-                os.kill(pid, signal.SIGKILL)
-                why = f"gave an answer longer than {MAX_ANSWER} bytes"
-                chunks = []
-                break
-    finally:
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-    if not why and os.WIFSIGNALED(status):
-        why = f"crashed (signal {os.WTERMSIG(status)})"
+    if done.timed_out:
+        why = f"timed out after {timeout:g} s"
+    elif done.overflowed:  # the library wrote into our pipe: not an answer
+        why = f"gave an answer longer than {MAX_ANSWER} bytes"
+    elif os.WIFSIGNALED(done.status):
+        why = f"crashed (signal {os.WTERMSIG(done.status)})"
+    chunks = [done.data] if done.data else []
     from nct import jsonio
 
     try:  # nesting bounded (a library writing "[[[..." into our pipe: ValueError, not RecursionError)

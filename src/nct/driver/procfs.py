@@ -87,12 +87,15 @@ def split_pci_address(value: str) -> tuple[int, int, int, int | None] | None:
     return int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), int(fn) if dot else None
 
 
-def normalise_bus_id(bus: str) -> str | None:
-    """'0000:01:00.0' / '1:2:0.0' / '00000000:01:00.0' -> '00000000:01:00.0'; None if not one."""
-    pci = split_pci_address(bus.strip())
-    if pci is None or pci[3] is None:
+def normalise_bus_id(value: str) -> str | None:
+    """'0:1:0.0' / '0000:01:00.0' / '00000000:01:00' -> '00000000:01:00.0', NVML's form, as
+    libnvidia-container matches a requested bus id (the function is optional and taken
+    as 0: a GPU is function 0); None when `value` is not a PCI address with a domain.
+    The one normaliser: device selection, NVML's and procfs' bus ids."""
+    pci = split_pci_address(value.strip())
+    if pci is None:
         return None
-    return f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.{pci[3]}"
+    return f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.0"
 
 
 def _driver_version(text: str) -> str | None:
@@ -108,12 +111,6 @@ def _driver_version(text: str) -> str | None:
             return run
         run = ""
     return None
-
-
-def short_bus_id(bus_id: str) -> str:
-    """The sysfs/procfs spelling with a 4-digit domain: '00000000:01:00.0' -> '0000:01:00.0'."""
-    dom, rest = bus_id.split(":", 1)
-    return f"{int(dom, 16):04x}:{rest}"
 
 
 def parse_version(text: str, path: str = VERSION_FILE) -> DriverVersion:
@@ -163,7 +160,7 @@ def parse_gpu_information(text: str, path: str = "information") -> GpuInfo:
             raise _fail(path, None, f"missing '{required}'")
     lineno, bus = fields["Bus Location"]
     bus_id = normalise_bus_id(bus)
-    if bus_id is None:
+    if bus_id is None or "." not in bus:  # the driver always writes the function
         raise _fail(path, lineno, f"bad Bus Location {bus[:40]!r}")
     lineno, minor_s = fields["Device Minor"]
     minor = _int(minor_s, path, lineno, "Device Minor")

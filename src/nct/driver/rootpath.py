@@ -81,7 +81,17 @@ def _host(root: str, parts: list[str]) -> str:
 
 
 def host_path(root: str, node_path: str) -> str:
-    """Join a node path (absolute) onto a root; root "/" leaves it unchanged."""
+    """Join a node path (absolute) onto a root; root "/" (or "") leaves it unchanged. The
+    one "join onto root" (Roots.host, the node utilities and the hook use it)."""
     if not root or root == "/":
         return node_path
     return root.rstrip("/") + "/" + node_path.lstrip("/")
+
+
+PROC_ROOT_ENV = "NCT_PROC_ROOT"
+
+
+def proc_root() -> str:
+    """The procfs NVIDIA state is read from: $NCT_PROC_ROOT (tests point it at a tree),
+    else /proc. The one place that reads the variable."""
+    return os.environ.get(PROC_ROOT_ENV) or "/proc"

@@ -17,6 +17,7 @@ from nct.driver.model import DeviceNode, Node, Roots
 from nct.edits.model import RO_MOUNT, ContainerEdits, MountEdit
 from nct.edits.planner import PlanOptions, common_edits, imex_channel_id, imex_channels_by_id, nodes_edits
 from nct.errors import NctError, RequestError
+from nct.limits import MAX_IMEX_CHANNEL
 from nct.record import Record
 
 
@@ -37,8 +38,6 @@ DEVICE_CLASSES: dict[str, DeviceClass] = {
 # management.nvidia.com/gpu=all: every NVIDIA node but the other classes' ones.
 MANAGEMENT_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/nvidia-cap*", "/dev/nvidia-caps-imex-channels/channel*")
 MANAGEMENT_EXCLUDE = ("nvidia-fs*", "nvidia-nvswitch*", "nvidia-nvlink*")
-# Highest IMEX channel id a spec request may name.
-IMEX_MAX_CHANNEL = 2**20 - 1
 
 __all__ = ["DeviceClass", "DEVICE_CLASSES", "class_edits", "gated_edits", "management_edits",
            "imex_channel_edits", "show_path"]
@@ -102,8 +101,8 @@ def imex_channel_edits(dev_root: str, ids, options: PlanOptions | None = None) -
             chosen.update(existing)
             continue
         n = imex_channel_id(dev)
-        if n is None or n > IMEX_MAX_CHANNEL:
-            raise RequestError(f"invalid IMEX channel {dev!r} (N or channelN, N <= {IMEX_MAX_CHANNEL})")
+        if n is None or n > MAX_IMEX_CHANNEL:
+            raise RequestError(f"invalid IMEX channel {dev!r} (N or channelN, N <= {MAX_IMEX_CHANNEL})")
         if n not in existing:
             raise RequestError(f"unknown IMEX channel: {dev} (no {show_path(dev_root, devs.IMEX_DIR)}/channel{n})")
         chosen[n] = existing[n]

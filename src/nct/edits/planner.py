@@ -32,7 +32,7 @@ from nct.errors import RequestError
 from nct.record import Record
 from nct.request.model import ContainerRequest
 from nct.request.requirements import check_requirements
-from nct.limits import is_number, shown
+from nct.limits import IMEX_CHANNEL_COUNT, is_number, shown
 
 __all__ = [
     "PlanOptions", "Selection", "select_devices", "plan", "common_edits", "gpu_edits", "mig_edits",
@@ -44,10 +44,6 @@ __all__ = [
 PROC_MOUNT = ("ro", "nosuid", "nodev", "noexec", "rbind", "rprivate")
 DEFAULT_COMPAT_DIR = "/usr/local/cuda/compat"
 IMEX_MAJOR_NAME = "nvidia-caps-imex-channels"
-# Channels a live container may get without the node existing (made with --load-kmods):
-# the driver's default NVreg_ImexChannelCount is 2048 (nct.nodeprep.devinit.IMEX_MAX_CHANNEL).
-IMEX_MAX_CHANNEL = 2047
-
 # Debian multiarch triplets: machine -> (native, 32-bit).
 _TRIPLETS = {
     "x86_64": ("x86_64-linux-gnu", "i386-linux-gnu"),
@@ -251,7 +247,8 @@ def imex_edits(node: Node, channels, options: PlanOptions | None = None) -> Cont
             continue
         n = imex_channel_id(str(ch))
         dn = by_id.get(n) if n is not None else None
-        if dn is None and n is not None and options.live and major is not None and n <= IMEX_MAX_CHANNEL:
+        # a live container may get a channel that --load-kmods makes (ids below the driver's count)
+        if dn is None and n is not None and options.live and major is not None and n < IMEX_CHANNEL_COUNT:
             path = f"{IMEX_DIR}/channel{n}"
             dn = DeviceNode(path=path, host_path=node.roots.host(path, node.roots.dev), major=major, minor=n)
         if dn is None:

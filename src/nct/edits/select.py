@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 from nct.driver.model import Gpu, MigDevice, Node
-from nct.driver.procfs import split_pci_address
+from nct.driver.procfs import normalise_bus_id
 from nct.errors import RequestError
 from nct.record import Record
 from nct.limits import is_number, shown
@@ -40,15 +40,6 @@ class Selection(Record):
 
     def __bool__(self) -> bool:
         return bool(self.gpus or self.migs)
-
-
-def normalise_bus_id(value: str) -> str | None:
-    """"0:1:0.0" / "0000:01:00.0" -> "00000000:01:00.0" (function forced to 0, as upstream);
-    None when `value` is not a PCI address with a domain."""
-    pci = split_pci_address(value.strip())
-    if pci is None:
-        return None
-    return f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.0"
 
 
 def visible_gpus(node: Node) -> tuple[Gpu, ...]:

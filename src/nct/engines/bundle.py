@@ -103,7 +103,7 @@ def copy_library(dest: Path, installed: Installed) -> None:
                 continue
             if parts[0].endswith((".dist-info", ".data")) and not str(rel).endswith("METADATA"):
                 continue
-            src = Path(dist.locate_file(rel))
+            src = Path(str(dist.locate_file(rel)))
             if not src.is_file():
                 continue
             target = dest / rel
@@ -112,7 +112,7 @@ def copy_library(dest: Path, installed: Installed) -> None:
             installed.add_file(target)
     import compileall
 
-    compileall.compile_dir(str(dest), quiet=1, workers=0 if os.cpu_count() and os.cpu_count() > 1 else 1)
+    compileall.compile_dir(str(dest), quiet=1, workers=0 if (os.cpu_count() or 1) > 1 else 1)
 
 
 def _copy_tree(src: Path, dst: Path, installed: Installed) -> None:

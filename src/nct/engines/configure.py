@@ -93,7 +93,9 @@ def _host_env() -> dict[str, str]:
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 
-def plan_configure(req: EngineRequest) -> Plan:
+def plan_configure(req: EngineRequest, source: str | None = None) -> Plan:
+    """`source`: the engine's effective config when the caller read it already (the
+    installer's config sources); None = as `req.config_source` says."""
     check_request(req)
     main = read_text(req.config)
     if req.engine == "docker":
@@ -101,7 +103,7 @@ def plan_configure(req: EngineRequest) -> Plan:
     else:
         module = MODULES[req.engine]
         drop = read_text(req.drop_in) if req.drop_in else None
-        edit = module.configure(req, main, source_text(req), drop)
+        edit = module.configure(req, main, source if source is not None else source_text(req), drop)
     return Plan(req, edit.files, edit.primary, edit.changes)
 
 

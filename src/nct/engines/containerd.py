@@ -6,10 +6,11 @@ order and layout survive outside the keys we set."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 from typing import Any
 
-from nct.engines import tomledit as te
+from nct import tomledit as te
 from nct.engines.model import Edit, EngineRequest, previous
 from nct.errors import EngineConfigError
 
@@ -52,9 +53,10 @@ def import_glob(drop_in: str) -> str:
     return os.path.join(os.path.dirname(drop_in), "*.toml")
 
 
-def _base_runtime(source: Any, version: int, where: str) -> tuple[str | None, dict]:
+def _base_runtime(source: Any, version: int, where: str, runtime_type: str = "io.containerd.runc.v2"
+                  ) -> tuple[str | None, dict]:
     """The runtime our entry copies: the default one (unless it is an nvidia one), else
-    runc, else crun, else a template."""
+    runc, else crun, else a template (with `runtime_type`)."""
     p = _paths(version)
     runtimes = te.get(source, p["runtimes"], where)
     default = te.plain(te.get(source, p["default"], where))
@@ -63,19 +65,46 @@ def _base_runtime(source: Any, version: int, where: str) -> tuple[str | None, di
             continue
         if runtimes is not None and name in runtimes and isinstance(te.plain(runtimes[name]), dict):
             return name, copy.deepcopy(te.plain(runtimes[name]))
-    return None, copy.deepcopy(TEMPLATE)
+    return None, {**copy.deepcopy(TEMPLATE), "runtime_type": runtime_type}
+
+
+def _override(req: EngineRequest) -> dict:
+    """RUNTIME_CONFIG_OVERRIDE: a JSON object merged into each runtime table."""
+    if not req.runtime_config_override:
+        return {}
+    try:
+        value = json.loads(req.runtime_config_override)
+    except ValueError as e:
+        raise EngineConfigError(f"--runtime-config-override: not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise EngineConfigError("--runtime-config-override: want a JSON object")
+    return value
+
+
+def _merge(into: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
 
 
 def _apply(doc: Any, version: int, source: Any, req: EngineRequest, where: str, src_where: str) -> dict:
     p = _paths(version)
     changes: dict[str, Any] = {"runtimes": {}}
-    base_name, base = _base_runtime(source, version, src_where)
+    base_name, base = _base_runtime(source, version, src_where, req.runtime_type)
+    override = _override(req)
     if not base.get("runtime_type"):
         base["runtime_type"] = TEMPLATE["runtime_type"]
     runtimes = te.ensure_table(doc, p["runtimes"], where)
     like = runtimes[base_name] if base_name and base_name in runtimes else None
     for rt in req.runtimes:
         data = copy.deepcopy(base)
+        if req.container_annotations:
+            old = data.get("container_annotations")
+            old = [a for a in old if a not in req.container_annotations] if isinstance(old, list) else []
+            data["container_annotations"] = list(req.container_annotations) + old
+        _merge(data, override)
         options = data.get("options")
         if not isinstance(options, dict):
             options = data["options"] = {}
@@ -109,7 +138,7 @@ def configure(req: EngineRequest, main_text: str | None, source_text: str | None
     main = te.parse(main_text or "", main_path)
     src_where = f"{req.executable_path or 'containerd'} config dump" if source_text is not None else main_path
     source = te.parse(source_text, src_where) if source_text is not None else main
-    version = version_of(main, main_path) or version_of(source, src_where) or 2
+    version = version_of(main, main_path) or version_of(source, src_where) or (1 if req.legacy_config else 2)
     if not req.drop_in or version == 1:
         if len(main) == 0:
             main.add("version", version)
@@ -127,7 +156,7 @@ def configure(req: EngineRequest, main_text: str | None, source_text: str | None
     changes = _apply(drop, version, source, req, drop_path, src_where)
     new_drop = _keep(drop_in_text, te.dumps_like(drop, drop_in_text), changes)
 
-    glob = import_glob(drop_path)
+    glob = import_glob(req.drop_in_host_path or drop_path)  # the engine reads it by its host path
     if len(main) == 0:
         main.add("version", version)
     imports = main.get("imports")
@@ -158,17 +187,7 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
     version = version_of(doc, path) or 2
     p = _paths(version)
     ours = dict(changes.get("runtimes") or {name: None for name in req.names})
-    touched = False
-    runtimes = te.get(doc, p["runtimes"], path)
-    if runtimes is not None:
-        for name, prev in ours.items():
-            if name in runtimes:
-                touched = True
-                if prev is None:
-                    te.remove_table(runtimes, name)
-                else:
-                    te.put_table(runtimes, name, prev)
-        te.prune_empty(doc, p["runtimes"])
+    touched = te.restore_tables(doc, p["runtimes"], ours, path)
     if te.plain(te.get(doc, p["default"], path)) in ours:
         touched = True
         _restore(doc, p["default"], changes.get("default"), path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from nct.engines import tomledit as te
+from nct import tomledit as te
 from nct.engines.model import Edit, EngineRequest, previous
 
 RUNTIME = ("crio", "runtime")
@@ -60,17 +60,7 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
         return None
     doc = te.parse(text, path)
     ours = dict(changes.get("runtimes") or {name: None for name in req.names})
-    touched = False
-    runtimes = te.get(doc, RUNTIMES, path)
-    if runtimes is not None:
-        for name, prev in ours.items():
-            if name in runtimes:
-                touched = True
-                if prev is None:
-                    te.remove_table(runtimes, name)
-                else:
-                    te.put_table(runtimes, name, prev)
-        te.prune_empty(doc, RUNTIMES)
+    touched = te.restore_tables(doc, RUNTIMES, ours, path)
     if te.plain(te.get(doc, DEFAULT, path)) in ours:
         touched = True
         prev = changes.get("default")

@@ -1,50 +1,189 @@
-"""`nct install`: the GPU Operator's toolkit-container flow.  Install nct into a toolkit
-directory (self-contained), write its config.toml, register the runtimes with the engine,
-reload the engine, optionally write the CDI spec; then, by default, stay in the foreground
-and undo all of it on SIGTERM/SIGINT (engine config back to its original bytes)."""
+"""The toolkit installer (`nvidia-ctk-installer`, `nvidia-toolkit`, `nct install`): what the
+GPU Operator's toolkit container does on every GPU node.  Install nct into
+`$ROOT/toolkit` (self-contained), write its config.toml, optionally create the control
+device nodes and the CDI specs, register the runtimes with the engine (or write CRI-O's
+OCI hook), restart the engine; then, unless told not to, wait for a signal and undo all of
+it (engine config back to its original bytes, toolkit removed).
+
+Paths come in two kinds: what this process touches (the engine's config files, the CDI
+output dir, the device nodes, the driver for discovery) is named as the pod sees it; what
+the engine or the installed commands read later (containerd's `imports`, runtime
+`BinaryName`s, the hook path in CRI-O's hook JSON, config.toml's driver root and ldconfig,
+the paths in a CDI spec) is named as the host sees it.  The toolkit dir is the same path in
+both, as upstream recommends.  The click front end is `nct.cli.installer`."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
-import signal
 import subprocess
-import sys
-from nct.record import Record, asdict, field
 from pathlib import Path
 
-import click
-
 from nct.engines.bundle import Installed, base_python, copy_library, write_wrappers
-from nct.engines.files import atomic_write, read_text, remove_file
+from nct.engines.files import read_text, remove_file
+from nct.engines.model import EngineRequest, RuntimeEntry
 from nct.engines.toolkit import copy_toolkit, running_toolkit
-from nct.engines.model import DEFAULT_CONFIG, DEFAULT_DROP_IN, EngineRequest, RuntimeEntry
-from nct.sigreset import default_signals
 from nct.errors import EngineConfigError, NctError
+from nct.record import Record, asdict, field
+from nct.sigreset import default_signals
 
 MANIFEST = ".nct-install.json"
 CONFIG_REL = ".config/nvidia-container-runtime/config.toml"
+TOOLKIT_SUBDIR = "toolkit"
+PID_FILE_NAME = "toolkit.pid"
 # runtime handler name suffix -> installed binary
 RUNTIME_BINARIES = (("", "nvidia-container-runtime"), ("-cdi", "nvidia-container-runtime.cdi"),
                     ("-legacy", "nvidia-container-runtime.legacy"))
+DEFAULT_LOW_LEVEL_RUNTIMES = ("runc", "crun")
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class EngineDefaults(Record):
+    config: str
+    socket: str
+    restart_mode: str
+    drop_in: str
+    config_sources: tuple[str, ...]
+
+
+# Upstream's runtime-specific defaults (RUNTIME_SPECIFIC_DEFAULT), but CRI-O's drop-in: upstream
+# writes /etc/crio/conf.d/99-nvidia.toml, a directory CRI-O does not read (its config dir is
+# /etc/crio/crio.conf.d); nct writes where CRI-O looks.
+ENGINE_DEFAULTS = {
+    "containerd": EngineDefaults("/etc/containerd/config.toml", "/run/containerd/containerd.sock", "signal",
+                                 "/etc/containerd/conf.d/99-nvidia.toml", ("command", "file")),
+    "crio": EngineDefaults("/etc/crio/crio.conf", "/var/run/crio/crio.sock", "systemd",
+                           "/etc/crio/crio.conf.d/99-nvidia.toml", ("command", "file")),
+    "docker": EngineDefaults("/etc/docker/daemon.json", "/var/run/docker.sock", "signal", "", ("file",)),
+}
 
 
 class InstallOptions(Record, frozen=False):
-    toolkit_root: str
-    engine: str = "docker"
-    driver_root: str = "/"
-    set_as_default: bool = False
-    cdi: bool = False
-    cdi_output_dir: str = "/var/run/cdi"
-    config: str | None = None
-    drop_in: str | None = None
-    pid_file: str | None = None
-    socket: str | None = None
-    restart_mode: str = "auto"
-    toolkit_pid_file: str = "/run/nvidia/toolkit.pid"
-    runtime_name: str = "nvidia"
+    """Every setting, resolved (flags over env over defaults).  Optional config.toml values
+    are None when neither a flag nor an env var set them (upstream writes them only then)."""
+
+    toolkit_dir: str = "/usr/local/nvidia/toolkit"
+    runtime: str = "docker"
+    pid_file: str = "/run/nvidia/toolkit/toolkit.pid"
+    no_daemon: bool = False
+    no_runtime_config: bool = False
+    toolkit_source: str | None = None
     python: str | None = None
-    toolkit: str | None = None
+    ignore_errors: bool = False
+    # the driver and /dev: host paths (what config.toml and specs name) and pod paths (what we read)
+    driver_root: str = "/run/nvidia/driver"
+    driver_root_ctr_path: str = "/run/nvidia/driver"
+    dev_root: str = ""
+    dev_root_ctr_path: str = ""
+    # config.toml
+    runtime_debug: str | None = None
+    runtime_log_level: str | None = None
+    runtime_mode: str | None = None
+    cdi_default_kind: str | None = None
+    cdi_annotation_prefixes: list[str] | None = None
+    low_level_runtimes: list[str] | None = None
+    hook_skip_mode_detection: bool = True
+    cli_debug: str | None = None
+    accept_envvar_unprivileged: bool = True
+    accept_volume_mounts: bool = False
+    opt_in_features: list[str] = field(default_factory=list)
+    # CDI
+    cdi_enabled: bool = False
+    cdi_output_dir: str = "/var/run/cdi"
+    cdi_kind: str = "management.nvidia.com/gpu"
+    cdi_full_spec: bool = False
+    create_device_nodes: list[str] = field(default_factory=lambda: ["control"])
+    # the engine
+    config: str = ""
+    drop_in: str = ""
+    drop_in_host_path: str = ""
+    socket: str = ""
+    restart_mode: str = ""
+    enable_cdi_in_runtime: bool | None = None  # None: as cdi_enabled ends up after validate()
+    host_root: str = "/host"
+    runtime_name: str = "nvidia"
+    set_as_default: bool = True
+    config_sources: list[str] = field(default_factory=list)
+    executable_path: str = ""
+    containerd_runtime_type: str = "io.containerd.runc.v2"
+    containerd_use_legacy_config: bool = False
+    runtime_config_override: str = "{}"
+    crio_config_mode: str = "config"
+    crio_hooks_dir: str = "/usr/share/containers/oci/hooks.d"
+    crio_hook_filename: str = "oci-nvidia-hook.json"
+
+    @property
+    def dev_root_host(self) -> str:
+        return self.dev_root or self.driver_root
+
+    @property
+    def dev_root_pod(self) -> str:
+        return self.dev_root_ctr_path or self.driver_root_ctr_path
+
+    @property
+    def hook_mode(self) -> bool:
+        return self.runtime == "crio" and self.crio_config_mode == "hook"
+
+
+def apply_engine_defaults(opts: InstallOptions) -> None:
+    """Fill the runtime-specific defaults left empty; the drop-in's host path defaults to
+    its own path (the installer runs on the host, or pod and host paths match)."""
+    d = ENGINE_DEFAULTS.get(opts.runtime)
+    if d is None:
+        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
+    opts.config = opts.config or d.config
+    opts.socket = opts.socket or d.socket
+    opts.restart_mode = opts.restart_mode or d.restart_mode
+    opts.config_sources = opts.config_sources or list(d.config_sources)
+
+
+def validate(opts: InstallOptions) -> list[str]:
+    """Check the settings (one-line errors); returns warnings.  Mirrors upstream's
+    validation: pid file named toolkit.pid, a valid CDI kind, CDI off without an output
+    dir, device nodes only with CDI."""
+    from nct.cdi.names import parse_kind
+    from nct.engines.reload import RESTART_MODES
+    from nct.errors import SpecError
+
+    warnings = []
+    if opts.runtime not in ENGINE_DEFAULTS:
+        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
+    if not opts.toolkit_dir or not os.path.isabs(opts.toolkit_dir):
+        raise EngineConfigError(f"toolkit install dir {opts.toolkit_dir!r}: must be an absolute path "
+                                "(--toolkit-install-dir, TOOLKIT_INSTALL_DIR, ROOT)")
+    if os.path.basename(opts.pid_file) != PID_FILE_NAME:
+        raise EngineConfigError(f"invalid toolkit.pid path {opts.pid_file}: the file must be named {PID_FILE_NAME}")
+    if opts.restart_mode not in RESTART_MODES:
+        raise EngineConfigError(f"invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
+    if opts.crio_config_mode not in ("config", "hook"):
+        raise EngineConfigError(f"invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
+    for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"),
+                    (opts.drop_in_host_path, "--drop-in-config-host-path"), (opts.crio_hooks_dir, "--hooks-dir")):
+        if p and not os.path.isabs(p):
+            raise EngineConfigError(f"{what} {p}: must be an absolute path")
+    if opts.runtime == "docker" and opts.drop_in:
+        raise EngineConfigError("docker does not support drop-in config files (--drop-in-config, RUNTIME_DROP_IN_CONFIG)")
+    try:
+        parse_kind(opts.cdi_kind)
+    except SpecError as e:
+        raise EngineConfigError(f"--cdi-kind: {e}") from None
+    if opts.cdi_enabled and not opts.cdi_output_dir:
+        warnings.append("skipping CDI spec generation (no output directory specified)")
+        opts.cdi_enabled = False
+    disabled = False
+    for mode in opts.create_device_nodes:
+        if mode not in ("", "none", "control"):
+            raise EngineConfigError(f"invalid --create-device-nodes value: {mode!r} (want control, none or '')")
+        disabled = disabled or mode in ("", "none")
+    if disabled or not opts.cdi_enabled:
+        opts.create_device_nodes = []
+    if opts.enable_cdi_in_runtime is None:  # upstream: the engine's CDI follows --cdi-enabled
+        opts.enable_cdi_in_runtime = opts.cdi_enabled
+    if opts.hook_mode:
+        warnings.append('the "hook" config mode for cri-o is deprecated')
+    return warnings
 
 
 class Installation(Record, frozen=False):
@@ -53,214 +192,407 @@ class Installation(Record, frozen=False):
     options: InstallOptions
     installed: Installed = field(default_factory=Installed)
     engine_configured: bool = False
-    cdi_spec: str | None = None
+    hook_file: str | None = None
+    cdi_specs: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
     def save(self) -> None:
+        from nct.fileio import atomic_write
+
         data = {"options": asdict(self.options), "installed": asdict(self.installed),
-                "engine_configured": self.engine_configured, "cdi_spec": self.cdi_spec}
-        atomic_write(str(Path(self.options.toolkit_root) / MANIFEST), json.dumps(data, indent=2) + "\n")
+                "engine_configured": self.engine_configured, "hook_file": self.hook_file,
+                "cdi_specs": self.cdi_specs}
+        atomic_write(str(Path(self.options.toolkit_dir) / MANIFEST), (json.dumps(data, indent=2) + "\n").encode(),
+                     mode=0o600)
 
     @classmethod
-    def load(cls, toolkit_root: str) -> "Installation":
-        path = Path(toolkit_root) / MANIFEST
+    def load(cls, toolkit_dir: str) -> "Installation":
+        path = Path(toolkit_dir) / MANIFEST
         text = read_text(str(path))
         if text is None:
             raise EngineConfigError(f"{path}: no nct installation found there")
         try:
             data = json.loads(text)
             return cls(InstallOptions(**data["options"]), Installed(**data["installed"]),
-                       data["engine_configured"], data["cdi_spec"])
+                       data["engine_configured"], data.get("hook_file"), list(data.get("cdi_specs") or []))
         except (ValueError, KeyError, TypeError):
             raise EngineConfigError(f"{path}: corrupt install manifest") from None
 
 
-def engine_request(opts: InstallOptions) -> EngineRequest:
-    root = Path(opts.toolkit_root)
-    runtimes = tuple(RuntimeEntry(opts.runtime_name + suffix, str(root / binary))
-                     for suffix, binary in RUNTIME_BINARIES)
-    drop_in = DEFAULT_DROP_IN[opts.engine] if opts.drop_in is None else opts.drop_in
-    return EngineRequest(engine=opts.engine, config=opts.config or DEFAULT_CONFIG[opts.engine],
-                         runtimes=runtimes, drop_in=drop_in or None, set_as_default=opts.set_as_default,
-                         cdi_enabled=opts.cdi and opts.engine != "crio")
+# --- the pid file -------------------------------------------------------------------------
+
+class PidLock(Record):
+    """The locked pid file: its open fd (the lock lives as long as it) and the dirs made for it."""
+
+    path: str
+    fd: int
+    dirs: tuple[str, ...] = ()
 
 
-def toolkit_config_text(opts: InstallOptions) -> str:
-    """config.toml for the installed commands: driver root and the installed paths."""
+def lock_pid_file(path: str) -> PidLock:
+    """Take the single-instance lock: open (never through a symlink, never truncating another
+    instance's file), flock without waiting, then write our pid."""
+    from nct.engines.files import made_dirs
+
+    try:
+        dirs = tuple(made_dirs(path))
+    except OSError as e:
+        raise EngineConfigError(f"{path}: cannot create its directory: {e.strerror or e}") from None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise EngineConfigError(f"{path}: cannot open the pid file: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise EngineConfigError(f"{path}: another toolkit installer is running (pid {other or '?'}); "
+                                    "stop it first") from None
+        raise EngineConfigError(f"{path}: cannot lock the pid file: {e.strerror or e}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return PidLock(path, fd, dirs)
+
+
+def release_pid_file(lock: PidLock) -> None:
+    """Remove the pid file if it is still the one we locked, drop the lock, and remove the
+    dirs made for it when empty."""
+    try:
+        if os.path.samestat(os.fstat(lock.fd), os.lstat(lock.path)):
+            os.unlink(lock.path)
+    except OSError:
+        pass
+    os.close(lock.fd)
+    for d in reversed(lock.dirs):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
+# --- what the toolkit's config.toml says ----------------------------------------------------
+
+def driver_ldconfig(opts: InstallOptions) -> str:
+    """`@<driver root>/sbin/ldconfig(.real)`: the host path, the `.real` variant when the driver
+    root (looked at through its pod path) has one."""
+    for rel in ("sbin/ldconfig.real", "sbin/ldconfig"):
+        if os.path.exists(os.path.join(opts.driver_root_ctr_path or "/", rel)):
+            break
+    return "@" + os.path.join(opts.driver_root or "/", rel)
+
+
+def toolkit_config_text(opts: InstallOptions, warn: list[str] | None = None) -> str:
+    """The installed commands' config.toml: nct's default file with the keys upstream's
+    installer sets (always) and the optional ones it sets only when given and non-empty."""
     from nct.config.edit import default_text, parse_document, render, set_value
+    from nct.errors import ConfigError
 
-    root = Path(opts.toolkit_root)
+    root = Path(opts.toolkit_dir)
     doc = parse_document(default_text(), "default config")
-    if opts.driver_root not in ("", "/"):
-        set_value(doc, "nvidia-container-cli.root", opts.driver_root)
-        for ldconfig in ("sbin/ldconfig.real", "sbin/ldconfig"):
-            if os.path.exists(os.path.join(opts.driver_root, ldconfig)):
-                set_value(doc, "nvidia-container-cli.ldconfig", "@" + os.path.join(opts.driver_root, ldconfig))
-                break
-    set_value(doc, "nvidia-container-cli.path", str(root / "nvidia-container-cli"))
-    set_value(doc, "nvidia-container-runtime-hook.path", str(root / "nvidia-container-runtime-hook"))
-    set_value(doc, "nvidia-ctk.path", str(root / "nvidia-ctk"))
+    values: list[tuple[str, object]] = [
+        ("accept-nvidia-visible-devices-envvar-when-unprivileged", opts.accept_envvar_unprivileged),
+        ("accept-nvidia-visible-devices-as-volume-mounts", opts.accept_volume_mounts),
+        ("nvidia-container-cli.root", opts.driver_root or "/"),
+        ("nvidia-container-cli.path", str(root / "nvidia-container-cli")),
+        ("nvidia-container-cli.ldconfig", driver_ldconfig(opts)),
+        ("nvidia-ctk.path", str(root / "nvidia-ctk")),
+        ("nvidia-container-runtime-hook.path", str(root / "nvidia-container-runtime-hook")),
+        ("nvidia-container-runtime-hook.skip-mode-detection", opts.hook_skip_mode_detection),
+    ]
+    if opts.low_level_runtimes:
+        values.append(("nvidia-container-runtime.runtimes", list(opts.low_level_runtimes)))
+    optional = [("nvidia-container-runtime.debug", opts.runtime_debug),
+                ("nvidia-container-runtime.log-level", opts.runtime_log_level),
+                ("nvidia-container-runtime.mode", opts.runtime_mode),
+                ("nvidia-container-runtime.modes.cdi.annotation-prefixes", opts.cdi_annotation_prefixes),
+                ("nvidia-container-runtime.modes.cdi.default-kind", opts.cdi_default_kind),
+                ("nvidia-container-cli.debug", opts.cli_debug)]
+    values += [(k, v) for k, v in optional if v]
+    for key, value in values:
+        set_value(doc, key, value)
+    for feature in opts.opt_in_features:
+        if not feature:
+            continue
+        try:
+            set_value(doc, f"features.{feature}", True)
+        except ConfigError:
+            if warn is not None:
+                warn.append(f"ignoring unknown opt-in feature {feature!r}")
     return render(doc, str(root / CONFIG_REL))
 
 
-def _check_pid_file(path: str) -> None:
-    text = read_text(path)
-    if not text:
-        return
+# --- the engine's own config ------------------------------------------------------------------
+
+def engine_request(opts: InstallOptions) -> EngineRequest:
+    root = Path(opts.toolkit_dir)
+    runtimes = tuple(RuntimeEntry(opts.runtime_name + suffix, str(root / binary))
+                     for suffix, binary in RUNTIME_BINARIES)
+    prefixes = (opts.cdi_annotation_prefixes or []) if opts.runtime == "containerd" else []
+    return EngineRequest(
+        engine=opts.runtime, config=opts.config, runtimes=runtimes, drop_in=opts.drop_in or None,
+        set_as_default=opts.set_as_default,
+        cdi_enabled=bool(opts.enable_cdi_in_runtime) and opts.runtime != "crio",
+        drop_in_host_path=opts.drop_in_host_path or None, runtime_type=opts.containerd_runtime_type,
+        container_annotations=tuple(p + "*" for p in prefixes if p),
+        runtime_config_override="" if opts.runtime_config_override.strip() in ("", "{}")
+        else opts.runtime_config_override,
+        legacy_config=opts.containerd_use_legacy_config)
+
+
+def _command_source(opts: InstallOptions) -> str:
+    """The engine's effective config from the engine itself, run on the host (chroot)."""
+    exe = opts.executable_path or ("containerd" if opts.runtime == "containerd" else "crio")
+    cmd = [exe, "config", "dump"] if opts.runtime == "containerd" else [exe, "status", "config"]
+    chroot = bool(opts.host_root) and os.path.normpath(opts.host_root) != "/"
+    if chroot:
+        cmd = ["chroot", opts.host_root] + cmd
+    elif opts.runtime == "containerd" and os.path.exists(opts.config):
+        cmd[1:1] = ["--config", opts.config]
     try:
-        pid = int(text.strip())
-    except ValueError:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": HOST_PATH},
+                             preexec_fn=default_signals)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineConfigError(f"{' '.join(cmd)}: {getattr(e, 'strerror', None) or e}") from None
+    if res.returncode != 0:
+        err = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+        raise EngineConfigError(f"{' '.join(cmd)}: {err}")
+    return res.stdout
+
+
+def read_source(opts: InstallOptions, log: list[str]) -> str | None:
+    """The engine's effective config from the first config source that answers
+    (RUNTIME_CONFIG_SOURCES: `command`, `file` or `file=PATH`); None = the config file."""
+    if opts.runtime == "docker":
+        return None
+    for source in opts.config_sources:
+        kind, _, arg = source.partition("=")
+        kind, arg = kind.strip(), arg.strip()
+        if kind == "file":
+            path = arg or opts.config
+            return None if path == opts.config else (read_text(path) or "")
+        if kind == "command":
+            try:
+                return _command_source(opts)
+            except EngineConfigError as e:
+                log.append(f"warning: config source 'command' failed, trying the next one: {e}")
+                continue
+        raise EngineConfigError(f"unsupported config source {source!r} (want command, file or file=PATH)")
+    return None
+
+
+def low_level_runtimes(engine: str, text: str | None) -> list[str]:
+    """Upstream's default nvidia-container-runtime.runtimes: the binaries the engine's
+    config gives its default (non-nvidia) runtime, runc and crun, then `runc`, `crun`."""
+    from nct.tomledit import parse, plain
+
+    paths: list[str] = []
+    try:
+        if engine == "docker":
+            doc = json.loads(text) if text and text.strip() else {}
+            runtimes, default = doc.get("runtimes") or {}, doc.get("default-runtime")
+            binary = lambda r: r.get("path")  # noqa: E731
+        else:
+            doc = plain(parse(text or "", engine))
+            if engine == "crio":
+                rt = (doc.get("crio") or {}).get("runtime") or {}
+                runtimes, default = rt.get("runtimes") or {}, rt.get("default_runtime")
+                binary = lambda r: r.get("runtime_path")  # noqa: E731
+            else:
+                plugins = doc.get("plugins") or {}
+                cri: dict = next((plugins[k] for k in ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri", "cri")
+                            if isinstance(plugins.get(k), dict)), {})
+                ctd = cri.get("containerd") or {}
+                runtimes, default = ctd.get("runtimes") or {}, ctd.get("default_runtime_name")
+                binary = lambda r: (r.get("options") or {}).get("BinaryName")  # noqa: E731
+    except (ValueError, AttributeError, EngineConfigError):
+        runtimes, default, binary = {}, None, None
+    names = ([default] if isinstance(default, str) and default and not default.startswith("nvidia") else [])
+    for name in names + ["runc", "crun"]:
+        entry = runtimes.get(name) if isinstance(runtimes, dict) else None
+        path = binary(entry) if binary and isinstance(entry, dict) else None
+        if isinstance(path, str) and path and path not in paths:
+            paths.append(path)
+    return paths + [r for r in DEFAULT_LOW_LEVEL_RUNTIMES if r not in paths]
+
+
+# --- steps ----------------------------------------------------------------------------------------
+
+def _run_installed(opts: InstallOptions, args: list[str], what: str) -> str:
+    """Run one of the installed commands (the toolkit we just copied), stdout returned."""
+    cmd = [str(Path(opts.toolkit_dir) / "nvidia-ctk"), *args]
+    env = {k: v for k, v in os.environ.items() if k in ("NCT_PROC_ROOT", "LANG")}
+    env["PATH"] = HOST_PATH
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=default_signals)
+    if res.returncode != 0:
+        msg = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+        raise EngineConfigError(f"{what} failed: {msg}")
+    return res.stdout
+
+
+def install_toolkit(opts: InstallOptions, inst: Installation) -> None:
+    root = Path(opts.toolkit_dir)
+    inst.installed.mkdir(root)
+    source = Path(opts.toolkit_source) if opts.toolkit_source else (None if opts.python else running_toolkit())
+    if source is not None:  # the self-contained toolkit: its own Python, no host Python used
+        copy_toolkit(source, root, inst.installed)  # launchers: config.toml in root/.config
+    else:  # development (a venv): wrappers that run this interpreter on a copy of nct
+        lib = root / "lib" / "python"
+        copy_library(lib, inst.installed)
+        write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
+    cfg = root / CONFIG_REL
+    inst.installed.mkdir(cfg.parent)
+    from nct.fileio import atomic_write
+
+    atomic_write(str(cfg), toolkit_config_text(opts, inst.log).encode(), mode=0o644, keep_owner=False)
+    inst.installed.add_file(cfg)
+    inst.log.append(f"installed the NVIDIA Container Toolkit (nct) into {root}")
+
+
+def create_device_nodes(opts: InstallOptions, inst: Installation) -> None:
+    if "control" not in opts.create_device_nodes:
         return
-    if pid != os.getpid() and os.path.exists(f"/proc/{pid}"):
-        raise EngineConfigError(f"{path}: another nct install is running (pid {pid})")
+    _run_installed(opts, ["--quiet", "system", "create-device-nodes", "--control-devices",
+                          "--dev-root", opts.dev_root_pod or "/"], "creating the control device nodes")
+    inst.log.append(f"created the control device nodes under {opts.dev_root_pod or '/'}")
 
 
-def install(opts: InstallOptions) -> Installation:
-    """Do the whole setup; on any failure, undo what was done and re-raise."""
-    from nct.engines.configure import apply, check_request, plan_configure
-    from nct.engines.reload import reload_engine
+def _spec(opts: InstallOptions, extra: list[str]) -> dict:
+    """A spec generated from the driver at its pod path, naming host paths: the driver root's
+    paths moved from DRIVER_ROOT_CTR_PATH to DRIVER_ROOT, device nodes from DEV_ROOT_CTR_PATH
+    to DEV_ROOT."""
+    from nct.cdi.spec import parse_spec_data, validate_spec
+    from nct.cdi.transform import transform_path, transform_root
 
-    if not os.path.isabs(opts.toolkit_root):
-        raise EngineConfigError(f"--toolkit-root {opts.toolkit_root}: must be an absolute path")
+    hook = str(Path(opts.toolkit_dir) / "nvidia-cdi-hook")
+    out = _run_installed(opts, ["cdi", "generate", "--format", "json", "--driver-root", opts.driver_root_ctr_path or "/",
+                                "--dev-root", opts.dev_root_pod or "/", "--nvidia-cdi-hook-path", hook, *extra],
+                         "CDI spec generation")
+    doc, from_yaml = parse_spec_data(out.encode(), "nvidia-ctk cdi generate")
+    spec = validate_spec(doc, "nvidia-ctk cdi generate", from_yaml=from_yaml)
+    edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices") or []]
+    nodes = [(n, n.get("hostPath") or n["path"]) for e in edits for n in e.get("deviceNodes") or []]
+    spec = transform_root(spec, opts.driver_root_ctr_path or "/", opts.driver_root or "/")
+    edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices") or []]
+    moved = [n for e in edits for n in e.get("deviceNodes") or []]
+    for node, (_, original) in zip(moved, nodes):
+        node["hostPath"] = transform_path(original, opts.dev_root_pod or "/", opts.dev_root_host or "/")
+    return spec
+
+
+def write_cdi_specs(opts: InstallOptions, inst: Installation) -> None:
+    """CDI on: the management spec (`<vendor>-<class>.yaml`, e.g. management.nvidia.com/gpu=all,
+    what the operator's management containers use), and with --cdi-full-spec the spec of
+    every GPU (nvidia.yaml)."""
+    if not opts.cdi_enabled:
+        return
+    from nct.cdi.names import parse_kind
+    from nct.cdi.spec import save_spec, spec_file_name
+
+    vendor, cls = parse_kind(opts.cdi_kind)
+    wanted = [(["--mode", "management", "--vendor", vendor, "--class", cls], spec_file_name(vendor, cls) + ".yaml")]
+    if opts.cdi_full_spec:
+        wanted.append(([], "nvidia.yaml"))
+    inst.installed.mkdir(Path(opts.cdi_output_dir))
+    for extra, name in wanted:
+        spec = _spec(opts, extra)
+        path = os.path.join(opts.cdi_output_dir, name)
+        inst.cdi_specs.append(path)
+        save_spec(spec, path, fmt="yaml")
+        inst.log.append(f"wrote CDI spec {path}")
+
+
+def configure_engine(opts: InstallOptions, inst: Installation, source: str | None) -> None:
+    from nct.engines.configure import apply, plan_configure
+    from nct.engines.reload import restart_engine
+
+    if opts.hook_mode:
+        from nct.engines.files import made_dirs
+        from nct.engines.ocihook import hook_json
+        from nct.fileio import atomic_write
+
+        path = os.path.join(opts.crio_hooks_dir, opts.crio_hook_filename)
+        text = hook_json(str(Path(opts.toolkit_dir) / "nvidia-container-runtime-hook"))
+        inst.hook_file = path
+        inst.save()
+        for d in made_dirs(path):
+            inst.installed.dirs.append(d)
+        atomic_write(path, text.encode(), mode=0o644, keep_owner=False)
+        inst.log.append(f"wrote the OCI hook {path}")
+        return  # CRI-O reads hooks.d for every new container: no restart needed
     req = engine_request(opts)
-    check_request(req)
-    _check_pid_file(opts.toolkit_pid_file)
+    plan = plan_configure(req, source)
+    inst.engine_configured = True
+    inst.save()
+    for path in apply(plan):
+        inst.log.append(f"configured {opts.runtime}: {path}")
+    inst.log.append(restart_engine(opts.runtime, opts.restart_mode, opts.socket, opts.host_root))
+
+
+def prepare(opts: InstallOptions) -> Installation:
+    """A fresh Installation for `opts`; an earlier manifest in the toolkit dir (a restarted
+    pod) hands over the dirs that install made, so they are still removed at the end."""
     inst = Installation(opts)
-    root = Path(opts.toolkit_root)
-    if (root / MANIFEST).exists():  # an upgrade: the dirs the first install made are still ours
+    if (Path(opts.toolkit_dir) / MANIFEST).exists():
         try:
-            inst.installed.dirs.extend(Installation.load(str(root)).installed.dirs)
+            inst.installed.dirs.extend(Installation.load(opts.toolkit_dir).installed.dirs)
         except EngineConfigError:
             pass
+    return inst
+
+
+def install(inst: Installation) -> Installation:
+    """Do the whole setup; on any failure, undo what was done and re-raise.  Steps that
+    fail under --ignore-errors are logged and skipped, as upstream."""
+    opts = inst.options
     try:
-        inst.installed.mkdir(root)
-        source = Path(opts.toolkit) if opts.toolkit else (None if opts.python else running_toolkit())
-        if source is not None:  # the self-contained toolkit: its own Python, no host Python used
-            copy_toolkit(source, root, inst.installed)  # launchers: config.toml in root/.config
-        else:  # development (a venv): wrappers that run this interpreter on a copy of nct
-            lib = root / "lib" / "python"
-            copy_library(lib, inst.installed)
-            write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
-        cfg = root / CONFIG_REL
-        inst.installed.mkdir(cfg.parent)
-        atomic_write(str(cfg), toolkit_config_text(opts))
-        inst.installed.add_file(cfg)
-        inst.log.append(f"installed nct into {root}")
-        if opts.cdi:
-            inst.cdi_spec = _generate_cdi(opts, inst)
-        plan = plan_configure(req)
-        inst.engine_configured = True
+        source = None if opts.no_runtime_config or opts.hook_mode else read_source(opts, inst.log)
+        if opts.low_level_runtimes is None:
+            opts.low_level_runtimes = low_level_runtimes(opts.runtime, source if source is not None
+                                                         else read_text(opts.config))
+        install_toolkit(opts, inst)
         inst.save()
-        for path in apply(plan):
-            inst.log.append(f"configured {opts.engine}: {path}")
-        inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
-        Path(opts.toolkit_pid_file).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(opts.toolkit_pid_file, f"{os.getpid()}\n")
+        for step in (create_device_nodes, write_cdi_specs):
+            try:
+                step(opts, inst)
+            except NctError as e:
+                if not opts.ignore_errors:
+                    raise
+                inst.log.append(f"ignoring error: {e}")
+        inst.save()
+        if opts.no_runtime_config:
+            inst.log.append("not configuring the container engine (--no-runtime-config)")
+        else:
+            configure_engine(opts, inst, source)
     except BaseException:
         uninstall(inst, quiet_errors=True)
         raise
     return inst
 
 
-def _generate_cdi(opts: InstallOptions, inst: Installation) -> str:
-    out = os.path.join(opts.cdi_output_dir, "nvidia.yaml")
-    cmd = [str(Path(opts.toolkit_root) / "nvidia-ctk"), "cdi", "generate", "--output", out,
-           "--driver-root", opts.driver_root or "/",
-           "--nvidia-cdi-hook-path", str(Path(opts.toolkit_root) / "nvidia-cdi-hook")]
-    inst.installed.mkdir(Path(opts.cdi_output_dir))
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "NCT_PROC_ROOT", "NVIDIA_CTK_DEV_ROOT", "LANG")}
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, preexec_fn=default_signals)
-    if res.returncode != 0:
-        msg = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
-        raise EngineConfigError(f"CDI spec generation failed: {msg}")
-    inst.log.append(f"wrote CDI spec {out}")
-    return out
-
-
 def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
-    """Undo an install: engine config back, engine reloaded, spec and files removed."""
+    """Undo an install: engine config back (original bytes), engine restarted, hook and specs
+    removed, toolkit files removed.  Created device nodes stay (containers may use them)."""
     from nct.engines.configure import apply, plan_unconfigure
-    from nct.engines.reload import reload_engine
+    from nct.engines.reload import restart_engine
 
     opts = inst.options
     errors: list[str] = []
+    if inst.hook_file:
+        remove_file(inst.hook_file)
+        inst.log.append(f"removed the OCI hook {inst.hook_file}")
     if inst.engine_configured:
         try:
             changed = apply(plan_unconfigure(engine_request(opts)))
-            inst.log.append(f"restored {opts.engine} configuration")
+            inst.log.append(f"restored {opts.runtime} configuration")
             if changed:
-                inst.log.append(reload_engine(opts.engine, opts.restart_mode, opts.pid_file, opts.socket))
+                inst.log.append(restart_engine(opts.runtime, opts.restart_mode, opts.socket, opts.host_root))
         except NctError as e:
             errors.append(str(e))
-    if inst.cdi_spec:
-        remove_file(inst.cdi_spec)
-    remove_file(str(Path(opts.toolkit_root) / MANIFEST))
+    for spec in inst.cdi_specs:
+        remove_file(spec)
+    remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
     inst.installed.remove()
-    text = read_text(opts.toolkit_pid_file)
-    if text and text.strip() == str(os.getpid()):
-        remove_file(opts.toolkit_pid_file)
     if errors and not quiet_errors:
         raise EngineConfigError("; ".join(errors))
-
-
-def _echo(msg: str) -> None:
-    click.echo(f"nct install: {msg}", err=True)
-
-
-@click.command("install")
-@click.option("--toolkit-root", required=True, help="Directory to install into (e.g. /usr/local/nvidia/toolkit).")
-@click.option("--runtime", "engine", default="docker", show_default=True,
-              type=click.Choice(["docker", "containerd", "crio"]), help="Container engine to configure.")
-@click.option("--driver-root", default="/", show_default=True, help="Where the driver is (/run/nvidia/driver).")
-@click.option("--set-as-default", is_flag=True, help="Make the NVIDIA runtime the engine's default.")
-@click.option("--cdi", is_flag=True, help="Generate the CDI spec and enable CDI in the engine.")
-@click.option("--cdi-output-dir", default="/var/run/cdi", show_default=True)
-@click.option("--config", default=None, help="Engine config file (default: the engine's usual path).")
-@click.option("--drop-in-config", "drop_in", default=None, help='Engine drop-in ("" = top-level file).')
-@click.option("--pid-file", default=None, help="Engine pid file, for a SIGHUP (docker: /run/docker.pid).")
-@click.option("--socket", default=None, help="Engine API socket: its peer pid gets the SIGHUP (needs hostPID in a pod).")
-@click.option("--restart-mode", default="auto", show_default=True,
-              type=click.Choice(["auto", "signal", "systemd", "none"]), help="How to make the engine reload.")
-@click.option("--toolkit-pid-file", default="/run/nvidia/toolkit.pid", show_default=True)
-@click.option("--nvidia-runtime-name", "runtime_name", default="nvidia", show_default=True)
-@click.option("--toolkit", default=None,
-              help="Self-contained toolkit tree to install (default: the one this nct runs from).")
-@click.option("--python", default=None,
-              help="Development only: install wrappers that run this interpreter instead of a toolkit tree.")
-@click.option("--no-daemon", is_flag=True, help="Exit after setup instead of waiting for SIGTERM.")
-@click.option("--uninstall", "undo", is_flag=True, help="Undo an earlier --no-daemon install in --toolkit-root.")
-def install_command(toolkit_root, engine, driver_root, set_as_default, cdi, cdi_output_dir, config, drop_in,
-                    pid_file, socket, restart_mode, toolkit_pid_file, runtime_name, toolkit, python, no_daemon, undo):
-    """Install nct into a toolkit directory and configure a container engine."""
-    try:
-        if undo:
-            inst = Installation.load(toolkit_root)
-            uninstall(inst)
-            for line in inst.log:
-                _echo(line)
-            return
-        opts = InstallOptions(toolkit_root=toolkit_root, engine=engine, driver_root=driver_root,
-                              set_as_default=set_as_default, cdi=cdi, cdi_output_dir=cdi_output_dir, config=config,
-                              drop_in=drop_in, pid_file=pid_file, socket=socket, restart_mode=restart_mode,
-                              toolkit_pid_file=toolkit_pid_file, runtime_name=runtime_name, python=python,
-                              toolkit=toolkit)
-        waited = {signal.SIGTERM, signal.SIGINT}
-        if not no_daemon:  # a signal during setup stays pending and ends the wait at once
-            signal.pthread_sigmask(signal.SIG_BLOCK, waited)
-        inst = install(opts)
-        for line in inst.log:
-            _echo(line)
-        if no_daemon:
-            remove_file(toolkit_pid_file)
-            return
-        _echo(f"ready (pid {os.getpid()}); waiting for SIGTERM to undo")
-        sys.stderr.flush()
-        sig = signal.sigwait(waited)
-        _echo(f"got {signal.Signals(sig).name}; restoring")
-        inst.log.clear()
-        uninstall(inst)
-        for line in inst.log:
-            _echo(line)
-    except NctError as e:
-        click.echo(f"nct: {e}", err=True)
-        sys.exit(1)

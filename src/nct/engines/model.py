@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from nct.record import Record, field
 
-ENGINES = ("docker", "containerd", "crio")
-
 DEFAULT_CONFIG = {
     "docker": "/etc/docker/daemon.json",
     "containerd": "/etc/containerd/config.toml",
@@ -17,7 +15,6 @@ DEFAULT_DROP_IN = {
     "containerd": "/etc/containerd/conf.d/99-nvidia.toml",
     "crio": "/etc/crio/crio.conf.d/99-nvidia.toml",
 }
-DEFAULT_RUNTIME_NAME = "nvidia"
 DEFAULT_RUNTIME_PATH = "nvidia-container-runtime"
 DEFAULT_ABS_RUNTIME_PATH = "/usr/bin/nvidia-container-runtime"
 DEFAULT_HOOK_PATH = "/usr/bin/nvidia-container-runtime-hook"
@@ -42,6 +39,12 @@ class EngineRequest(Record):
     cdi_enabled: bool = False
     config_source: str = "file"
     executable_path: str = ""
+    # installer (nvidia-ctk-installer) settings; `runtime configure` leaves them at their defaults
+    drop_in_host_path: str | None = None  # the drop-in's path as the engine sees it (imports)
+    runtime_type: str = "io.containerd.runc.v2"  # containerd: for a runtime with nothing to copy
+    container_annotations: tuple[str, ...] = ()  # containerd: container_annotations of our runtimes
+    runtime_config_override: str = ""  # containerd: JSON object merged into each runtime table
+    legacy_config: bool = False  # containerd: a new config is version 1
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -1,11 +1,12 @@
-"""Ask a container engine to pick up its new configuration: docker reloads runtimes on
-SIGHUP; containerd and CRI-O are restarted through systemd when it runs, else signalled
-(containerd exits on SIGHUP and relies on its supervisor to start it again)."""
+"""Make a container engine load its new configuration, as upstream's installer does
+(`--restart-mode`): `signal` sends SIGHUP to the process serving the engine's API socket
+(docker reloads its runtimes; containerd exits and its supervisor starts it again),
+`systemd` runs `systemctl restart <engine>` on the host (through `chroot HOST_ROOT_MOUNT`
+when the installer runs in a pod), `none` leaves the engine alone."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -15,30 +16,12 @@ from nct.errors import EngineConfigError
 from nct.sigreset import default_signals
 
 SERVICE = {"docker": "docker", "containerd": "containerd", "crio": "crio"}
-DEFAULT_PID_FILE = {"docker": "/run/docker.pid", "containerd": "", "crio": ""}
-
-
-def systemd_running() -> bool:
-    return os.path.isdir("/run/systemd/system") and shutil.which("systemctl") is not None
-
-
-def read_pid(pid_file: str) -> int:
-    try:
-        with open(pid_file) as f:
-            pid = int(f.read().strip())
-    except FileNotFoundError:
-        raise EngineConfigError(f"{pid_file}: engine pid file not found") from None
-    except ValueError:
-        raise EngineConfigError(f"{pid_file}: does not hold a process id") from None
-    if pid <= 1:
-        raise EngineConfigError(f"{pid_file}: does not hold a usable process id ({pid})")
-    return pid
+RESTART_MODES = ("signal", "systemd", "none")
 
 
 def pid_from_socket(path: str) -> int:
-    """The pid of the process serving a unix socket (SO_PEERCRED): finds the engine's pid
-    from its API socket when it keeps no pid file (containerd; any engine in a pod with
-    hostPID)."""
+    """The pid of the process serving a unix socket (SO_PEERCRED): the engine's pid from its
+    API socket (in a pod this needs hostPID, else the peer's pid is not visible)."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.connect(path)
@@ -51,43 +34,42 @@ def pid_from_socket(path: str) -> int:
     return pid
 
 
-def reload_engine(engine: str, mode: str = "auto", pid_file: str | None = None, sock: str | None = None) -> str:
-    """Reload or restart the engine; returns what was done, for the log.  The pid for a
-    signal comes from `sock` (peer credentials) or `pid_file`."""
-    if pid_file is None:
-        pid_file = DEFAULT_PID_FILE[engine]
-    if sock:
-        if mode in ("auto", "signal"):
-            return _signal(engine, pid_from_socket(sock), sock)
+def systemctl_command(engine: str, host_root: str) -> list[str]:
+    """`systemctl restart <service>`, in the host's root when one is mounted (upstream:
+    `chroot $HOST_ROOT_MOUNT systemctl restart ...`)."""
+    cmd = ["systemctl", "restart", SERVICE[engine]]
+    if host_root and os.path.normpath(host_root) != "/":
+        cmd = ["chroot", host_root] + cmd
+    return cmd
+
+
+def restart_engine(engine: str, mode: str, sock: str = "", host_root: str = "") -> str:
+    """Restart or signal the engine; returns what was done, for the log."""
     if mode == "none":
         return f"not restarting {engine} (--restart-mode=none)"
-    if mode == "auto":
-        if engine == "docker" and pid_file and os.path.exists(pid_file):
-            mode = "signal"
-        elif systemd_running():
-            mode = "systemd"
-        elif pid_file and os.path.exists(pid_file):
-            mode = "signal"
-        else:
-            return f"{engine}: no systemd and no pid file; restart {engine} to load the NVIDIA runtime"
-    if mode == "systemd":
-        verb = "reload" if engine == "docker" else "restart"
-        res = subprocess.run(["systemctl", verb, SERVICE[engine]], capture_output=True, text=True,
-                             preexec_fn=default_signals)
-        if res.returncode != 0:
-            msg = (res.stderr.strip().splitlines() or ["failed"])[-1]
-            raise EngineConfigError(f"systemctl {verb} {SERVICE[engine]}: {msg}")
-        return f"systemctl {verb} {SERVICE[engine]}"
     if mode == "signal":
-        if not pid_file:
-            raise EngineConfigError(f"--restart-mode=signal for {engine} needs --pid-file")
-        return _signal(engine, read_pid(pid_file), pid_file)
-    raise EngineConfigError(f"--restart-mode {mode}: want auto, signal, systemd or none")
-
-
-def _signal(engine: str, pid: int, source: str) -> str:
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except ProcessLookupError:
-        raise EngineConfigError(f"{source}: process {pid} is not running") from None
-    return f"sent SIGHUP to {engine} (pid {pid})"
+        if engine == "crio":  # as upstream: CRI-O is restarted through systemd only
+            raise EngineConfigError("restarting crio with a signal is not supported: "
+                                    "use --restart-mode=systemd (or none)")
+        if not sock:
+            raise EngineConfigError(f"--restart-mode=signal for {engine} needs --socket")
+        pid = pid_from_socket(sock)
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            raise EngineConfigError(f"{sock}: process {pid} is not running") from None
+        return f"sent SIGHUP to {engine} (pid {pid})"
+    if mode == "systemd":
+        cmd = systemctl_command(engine, host_root)
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=default_signals,
+                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=300)
+        except FileNotFoundError:
+            raise EngineConfigError(f"{cmd[0]}: not found (needed by --restart-mode=systemd)") from None
+        except subprocess.TimeoutExpired:
+            raise EngineConfigError(f"{' '.join(cmd)}: timed out") from None
+        if res.returncode != 0:
+            msg = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+            raise EngineConfigError(f"{' '.join(cmd)}: failed: {msg}")
+        return f"restarted {engine}: {' '.join(cmd)}"
+    raise EngineConfigError(f"--restart-mode {mode}: want signal, systemd or none")

@@ -81,13 +81,14 @@ def assert_legacy_mode(cfg, request) -> None:
     """The hook serves legacy mode only: `auto` resolves to cdi when every device is a
     CDI name and to csv on Tegra, legacy otherwise; any other explicit mode is refused."""
     from nct.errors import RequestError
-    from nct.runtime.modes import check_mode, is_qualified, is_tegra
+    from nct.request.model import is_qualified_cdi_name
+    from nct.runtime.modes import check_mode, is_tegra
 
     if cfg.nvidia_container_runtime_hook.skip_mode_detection:
         return
     mode = check_mode(cfg.nvidia_container_runtime.mode)
     if mode == "auto":
-        if request.devices and all(is_qualified(d) for d in request.devices):
+        if request.devices and all(is_qualified_cdi_name(d) for d in request.devices):
             mode = "cdi"
         elif is_tegra(cfg.nvidia_container_cli.root or "/"):
             mode = "csv"

@@ -18,8 +18,15 @@ import os
 import stat
 import sys
 
+from nct import child
 from nct.errors import NctError
+from nct.limits import IMEX_CHANNEL_COUNT
+from nct.driver.rootpath import host_path
 from nct.record import Record
+
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
 
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
@@ -28,9 +35,6 @@ NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 CAPS_MAJOR = "nvidia-caps"
 IMEX_MAJOR = "nvidia-caps-imex-channels"
-# The driver's IMEX channel count (NVreg_ImexChannelCount) defaults to 2048: higher ids are
-# never created, so a container's NVIDIA_IMEX_CHANNELS cannot fill the host's /dev.
-IMEX_MAX_CHANNEL = 2047
 MODPROBE = "/sbin/modprobe"
 MODPROBE_TIMEOUT = 20.0  # seconds; a hung module load must not hang the container start
 FULL_ID_MAP = ("0", "0", "4294967295")
@@ -65,15 +69,6 @@ class InitReport(Record):
     created: tuple[str, ...] = ()  # host paths of the nodes made
 
 
-def proc_root() -> str:
-    return os.environ.get("NCT_PROC_ROOT") or "/proc"
-
-
-def rooted(root: str, path: str) -> str:
-    """Join an absolute path onto a root ("/" leaves it unchanged)."""
-    if root in ("", "/"):
-        return path
-    return root.rstrip("/") + "/" + path.lstrip("/")
 
 
 def cap_path(minor: int) -> str:
@@ -81,7 +76,7 @@ def cap_path(minor: int) -> str:
 
 
 def _node(dev_root: str, path: str, major: int, minor: int, mode: int = 0o666) -> DevNode:
-    return DevNode(rooted(dev_root, path), major, minor, mode, dev_root or "/")
+    return DevNode(host_path(dev_root, path), major, minor, mode, dev_root or "/")
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,7 +159,7 @@ def imex_ids(channels) -> list[int]:
     for c in channels:
         c = str(c)
         c = c[len("channel"):] if c.startswith("channel") else c
-        if c.isascii() and c.isdigit() and len(c) <= 9 and int(c) <= IMEX_MAX_CHANNEL:
+        if c.isascii() and c.isdigit() and len(c) <= 9 and int(c) < IMEX_CHANNEL_COUNT:
             out.append(int(c))
     return list(dict.fromkeys(out))
 
@@ -224,7 +219,7 @@ def named_major(majors: dict[str, int], name: str, proc: str) -> int:
 def count_gpus(dev_root: str, proc: str) -> int:
     """NVIDIA display-class PCI functions under <dev-root>/sys/bus/pci/devices, as upstream;
     where that tree is absent, the GPUs the driver lists in <proc>/driver/nvidia/gpus."""
-    pci = rooted(dev_root, "/sys/bus/pci/devices")
+    pci = host_path(dev_root, "/sys/bus/pci/devices")
     if os.path.isdir(pci):
         count = 0
         for entry in sorted(os.listdir(pci)):
@@ -341,7 +336,7 @@ def existing_device_nodes(dev_root: str) -> list[DevNode]:
     except nvidia-fs*, nvidia-nvswitch*, nvidia-nvlink*."""
     found: list[DevNode] = []
     for directory, prefix in (("/dev", "nvidia"), ("/dev/nvidia-caps", "nvidia-")):
-        host_dir = rooted(dev_root, directory)
+        host_dir = host_path(dev_root, directory)
         try:
             names = sorted(os.listdir(host_dir))
         except OSError:
@@ -441,7 +436,7 @@ def imex_nodes_to_make(device_nodes, dev_root: str) -> list[DevNode]:
     request (mode 0666), once the whole request is planned."""
     prefix = "/dev/nvidia-caps-imex-channels/"
     return [DevNode(d.host_path, d.major, d.minor, 0o666, dev_root) for d in device_nodes
-            if d.path.startswith(prefix) and d.host_path == rooted(dev_root, d.path)]
+            if d.path.startswith(prefix) and d.host_path == host_path(dev_root, d.path)]
 
 
 def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[DevNode]:
@@ -464,7 +459,7 @@ def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[Dev
                 or not isinstance(major, int) or not isinstance(minor, int):
             continue
         for root in roots:
-            host = rooted(root, path)
+            host = host_path(root, path)
             try:
                 st = os.stat(host)
             except OSError:
@@ -601,69 +596,38 @@ def run_modprobe(driver_root: str, module: str, timeout: float = MODPROBE_TIMEOU
     import on the hook path): empty environment, stdin/stdout /dev/null, stderr captured.
     Returns (exit status, last stderr line); a child past the deadline is killed and
     reported as status -9. Never raises for the child's failures."""
-    import select
-    import time
-
     from nct.sigreset import default_signals  # here: the child may chroot away from nct
 
     modprobe_argv(driver_root, module)  # refuses a non-NVIDIA module name
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
-    r, w = os.pipe()
+
+    def body(w: int) -> int:  # exec or _exit, never return into the caller's code
+        try:
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(w, 2)
+            if driver_root not in ("", "/"):
+                try:
+                    os.chroot(driver_root)
+                except OSError as e:
+                    os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
+                    return 125
+            os.chdir("/")
+            default_signals()
+            os.execve(MODPROBE, [MODPROBE, module], {})
+        except OSError as e:
+            os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())
+        return 127
+
     try:
-        pid = os.fork()
-        if pid == 0:  # child: exec or _exit, never return into the caller's code
-            try:
-                os.dup2(null, 0)
-                os.dup2(null, 1)
-                os.dup2(w, 2)
-                if driver_root not in ("", "/"):
-                    try:
-                        os.chroot(driver_root)
-                    except OSError as e:
-                        os.write(2, f"chroot: {driver_root}: {e.strerror}\n".encode())
-                        os._exit(125)
-                os.chdir("/")
-                default_signals()
-                os.execve(MODPROBE, [MODPROBE, module], {})
-            except OSError as e:
-                os.write(2, f"{MODPROBE}: {e.strerror}\n".encode())
-            finally:
-                os._exit(127)
+        pid, r = child.fork(body, error_exit=127)
     finally:
         os.close(null)
-        os.close(w)
-    deadline = time.monotonic() + timeout
-    err = b""
-    status: int | None = None
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([r], [], [], left)
-            if not ready:
-                break
-            chunk = os.read(r, 4096)
-            if not chunk:
-                break
-            err = (err + chunk)[-4096:]
-        while True:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = os.waitstatus_to_exitcode(st)
-                break
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.002)
-    finally:
-        os.close(r)
-    if status is None:
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)  # SIGKILL cannot be blocked: this returns
-        except OSError:
-            pass
+    done = child.collect(pid, r, timeout, tail=4096)
+    if done.timed_out:
         return -9, f"timed out after {timeout:g}s"
+    status = os.waitstatus_to_exitcode(done.status)
+    err = done.data
     lines = err.decode("utf-8", "replace").strip().splitlines()
     return status, lines[-1] if lines else ""
 
@@ -738,7 +702,7 @@ def init_driver(roots, *, imex_channels=(), create_imex_channels: bool = True,
     if uid_map is None or in_user_namespace(uid_map):
         _warn("skipping kernel modules load due to user namespace")
         return InitReport(skipped="user namespace")
-    if os.path.lexists(rooted(roots.dev, "/dev/dxg")):
+    if os.path.lexists(host_path(roots.dev, "/dev/dxg")):
         _debug("skipping kernel modules load on WSL")
         return InitReport(skipped="WSL")
     modules_path = os.path.join(roots.proc, "modules")
@@ -773,7 +737,7 @@ def init_driver(roots, *, imex_channels=(), create_imex_channels: bool = True,
     caps = []
     for minor, path in (cap_files(roots.proc, minors) if CAPS_MAJOR in majors else []):
         # the mode matters only for a node to be made: read the capability file only then
-        missing = not os.path.lexists(rooted(roots.dev, cap_path(minor)))
+        missing = not os.path.lexists(host_path(roots.dev, cap_path(minor)))
         caps.append((minor, cap_mode(path) if missing else 0o444))
     imex = imex_ids(imex_channels) if create_imex_channels else []
     created = []

@@ -96,7 +96,7 @@ def _want(path: str, key: str, value: object, kind: type | tuple[type, ...], wha
 
 def _str_list(path: str, key: str, value: object) -> None:
     _want(path, key, value, list, "an array of strings")
-    for i, item in enumerate(value):  # type: ignore[arg-type]
+    for i, item in enumerate(value if isinstance(value, list) else ()):
         _want(path, f"{key}[{i}]", item, str, "a string")
 
 
@@ -211,7 +211,7 @@ def unknown_fields(spec: dict) -> list[str]:
                     else:
                         out.append(where)
             return
-        kind, inner = shape
+        kind, inner = shape if isinstance(shape, tuple) else ("", None)  # FIELDS: ("list"|"map", shape)
         if kind == "list" and isinstance(obj, list):
             for i, v in enumerate(obj):
                 scan(v, inner, f"{label}[{i}]")

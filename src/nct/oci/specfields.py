@@ -1,4 +1,4 @@
-"""Every field the OCI runtime spec (v1.3, as bundled in nct/oci/schema) defines, as a tree:
+"""Every field the OCI runtime spec (v1.3, as in the schema the tests use: tests/schemas/oci) defines, as a tree:
 a dict is an object (its known keys), ("list", X) an array of X, ("map", X) an object with
 free keys whose values are X, None a value whose inside is not checked.
 

@@ -14,7 +14,7 @@ from nct.log import get_logger
 from nct.driver.model import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from nct.errors import RequestError
 from nct.request.model import ContainerRequest, is_qualified_cdi_name
-from nct.limits import MAX_ENV_VALUE, MAX_LIST_ENTRIES, is_number, shown
+from nct.limits import MAX_ENV_VALUE, MAX_IMEX_CHANNEL, MAX_LIST_ENTRIES, is_number, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +38,6 @@ MOUNTS_ROOT = "/var/run/nvidia-container-devices"
 GATED_MODES = (("NVIDIA_GDS", "gds"), ("NVIDIA_MOFED", "mofed"),
                ("NVIDIA_GDRCOPY", "gdrcopy"), ("NVIDIA_NVSWITCH", "nvswitch"))
 CUDA_COMPAT_MODES = ("ldconfig", "mount", "hook", "disabled")
-MAX_IMEX_CHANNEL = (1 << 20) - 1
 
 # OCI versions rc1 <= v < rc5 (compared as golang.org/x/mod/semver does, so 1.0.0-rc2-dev is
 # one of them) have process.capabilities as a flat list rather than sets.

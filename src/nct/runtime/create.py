@@ -16,6 +16,7 @@ import copy
 import os
 
 from nct.errors import ConfigError, NctError
+from nct.request.model import is_qualified_cdi_name
 from nct.runtime import argv as av
 from nct.runtime import modes
 from nct.runtime.bundle import read_spec, write_spec
@@ -136,7 +137,7 @@ def modify_spec(spec: dict, cfg, mode: str, log, backend: Backend, env_path: str
         request = backend.request(spec, cfg, annotations=True)
     if mode == "auto":
         devices = request.devices if request is not None else None
-        all_cdi = bool(devices) and all(modes.is_qualified(d) for d in devices)
+        all_cdi = devices is not None and bool(devices) and all(is_qualified_cdi_name(d) for d in devices)
         mode = modes.resolve_mode(mode, devices, tegra=(not all_cdi) and backend.tegra(cfg))
     if mode != "cdi":
         request = backend.request(spec, cfg, annotations=False)

@@ -50,7 +50,8 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
         from nct.runtime.settings import read_settings
 
         settings = read_settings(env)
-        log = Logger.setup(settings.debug, settings.log_level, av.log_args(args))
+        log_args = av.log_args(args)
+        log = Logger.setup(settings.debug, settings.log_level, log_args)
         log.trace(f"Command line arguments: {args}")
         runtime = find_runtime(settings.runtimes, env.get("PATH"), self_path=argv[0] if argv else None)
         log.debug(f"Using low-level runtime {runtime}")
@@ -60,6 +61,10 @@ def run(argv: list[str], forced_mode: str | None, environ=None) -> int:
             handle_create(args, settings, forced_mode, log, env)
         else:
             log.trace("Skipping modifier for non-create subcommand")
+            if environ is None:
+                from nct.runtime.passthrough import remember
+
+                remember(settings, log, log_args)
         if version:
             _write_stdout("\n")
         # log files are O_CLOEXEC: they close on exec, and stay usable if exec fails

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from nct.errors import ConfigError, RequestError
+from nct.request.model import is_qualified_cdi_name
 
 VALID_MODES = ("auto", "legacy", "csv", "cdi", "jit-cdi")
 JIT_KIND = "runtime.nvidia.com/gpu"
@@ -33,13 +34,6 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def is_qualified(name: str) -> bool:
-    """vendor/class=name with all parts non-empty."""
-    kind, sep, dev = name.partition("=")
-    vendor, slash, cls = kind.partition("/")
-    return bool(sep and slash and vendor and cls and dev)
-
-
 def is_tegra(driver_root: str = "/") -> bool:
     """go-nvlib's Tegra test without NVML: nv_tegra_release or a tegra SoC family."""
     root = driver_root or "/"
@@ -58,7 +52,7 @@ def resolve_mode(mode: str, devices: tuple[str, ...] | None, *, tegra: bool = Fa
     check_mode(mode)
     if mode != "auto":
         return mode
-    if devices and all(is_qualified(d) for d in devices):
+    if devices and all(is_qualified_cdi_name(d) for d in devices):
         return "cdi"
     return "csv" if tegra else "jit-cdi"
 
@@ -68,7 +62,7 @@ def qualify(devices: tuple[str, ...], default_kind: str) -> list[str]:
     names = list(devices) or [""]
     out: dict[str, None] = {}  # ordered set: linear in the number of names
     for d in names:
-        out[d if is_qualified(d) else f"{default_kind}={d or 'none'}"] = None
+        out[d if is_qualified_cdi_name(d) else f"{default_kind}={d or 'none'}"] = None
     return list(out)
 
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from nct.driver import catalogue
+from nct.limits import IMEX_CHANNEL_COUNT
 from nct.sim import layout
 from nct.sim.build import TOOLS, build_artifacts, gcc_supports_m32, library_builds
 from nct.sim.model import DEFAULT_CUDA_VERSION, DEFAULT_DRIVER_VERSION, SimError, SimNode
@@ -52,7 +53,7 @@ def create_node(
     `mig` is a --mig SPEC string, a count for every GPU, or {gpu index: count}."""
     if isinstance(mig, dict):
         mig = ",".join(f"{g}:{n}" for g, n in mig.items()) or None
-    elif isinstance(mig, int) and not isinstance(mig, bool):
+    elif isinstance(mig, int):  # (a bool is an int: str(True) is refused by parse_mig_spec)
         mig = str(mig)
     directory = os.path.abspath(os.fspath(directory))
     if not isinstance(gpus, int) or isinstance(gpus, bool):
@@ -62,8 +63,8 @@ def create_node(
     code = cuda_code(cuda_version)
     if arch != "x86_64":
         raise SimError(f"unsupported --arch {arch!r}: only x86_64 is simulated")
-    if not 0 <= imex_channels <= 2048:
-        raise SimError(f"invalid --imex-channels {imex_channels}: must be 0..2048")
+    if not 0 <= imex_channels <= IMEX_CHANNEL_COUNT:
+        raise SimError(f"invalid --imex-channels {imex_channels}: must be 0..{IMEX_CHANNEL_COUNT}")
     mig_counts = layout.parse_mig_spec(mig, gpus) if gpus >= 0 else {}
     seed = seed if seed is not None else os.path.basename(directory)
     planned = layout.plan_gpus(gpus, mig_counts, seed, minor_order)

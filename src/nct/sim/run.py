@@ -74,7 +74,7 @@ def submounts(target: str) -> list[str]:
             point = unescape_mount_field(line.split()[4])
             if point.startswith(target.rstrip("/") + "/"):
                 points.append(point)
-    top = []
+    top: list[str] = []
     for p in sorted(set(points), key=len):
         if not any(p.startswith(t + "/") for t in top):
             top.append(p)

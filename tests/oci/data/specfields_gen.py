@@ -1,4 +1,4 @@
-"""Derive the OCI field tree from nct's bundled runtime-spec JSON schema."""
+"""Derive the OCI field tree from the runtime-spec JSON schema the tests keep (tests/schemas/oci)."""
 import json, os, sys
 d = sys.argv[1]
 docs = {n: json.load(open(os.path.join(d, n))) for n in os.listdir(d) if n.endswith(".json")}

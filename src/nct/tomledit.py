@@ -1,5 +1,8 @@
-"""Small tomlkit helpers that edit an operator's TOML file in place: everything we do
-not touch keeps its bytes (comments, order, quoting, indentation)."""
+"""The one tomlkit layer: helpers that edit an operator's TOML file in place, everything we
+do not touch keeps its bytes (comments, order, quoting, indentation). Used by the engine
+configurators (containerd, CRI-O) and by `nvidia-ctk config` (nct.config.edit); nothing
+else imports tomlkit. Reading config.toml on the start-up paths is nct.config.tomlscan's
+job (tomlkit costs ~40 ms to import)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.exceptions import ParseError, TOMLKitError
-from tomlkit.items import Comment, Table, Whitespace
+from tomlkit.items import Comment, InlineTable, Null, Table, Trivia, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
 from nct.errors import EngineConfigError
@@ -25,6 +28,12 @@ def parse(text: str, path: str) -> TOMLDocument:
 
 def dumps(doc: TOMLDocument) -> str:
     return tomlkit.dumps(doc)
+
+
+def parse_raw(text: str) -> TOMLDocument:
+    """tomlkit.parse: a syntax error raises ParseError (with .line and .col) for callers
+    that word their own message."""
+    return tomlkit.parse(text)
 
 
 def plain(item: Any) -> Any:
@@ -114,7 +123,7 @@ def put_table(parent: Any, key: str, data: dict, like: Any = None) -> None:
     moved = _take_trailing_comments(before) if before is not None and before is not added else []
     _layout(added, header, keys, step, first=not moved)
     if moved:
-        _append_tail(_last_leaf(added), moved)
+        _append_tail(_last_leaf(added) or added, moved)
 
 
 def remove_table(parent: Any, key: str) -> None:
@@ -135,6 +144,25 @@ def remove_table(parent: Any, key: str) -> None:
         receiver = receiver or _last_leaf(parent)
         if receiver is not None:
             _append_tail(receiver, tail)
+
+
+def restore_tables(doc: Any, path: tuple[str, ...], previous: dict, where: str = "") -> bool:
+    """Undo tables we added under `path`: each name in `previous` gets its earlier
+    content back (a dict) or is removed (None); empty tables left behind go. Returns True
+    when one of them was there."""
+    parent = get(doc, path, where)
+    if parent is None:
+        return False
+    touched = False
+    for name, prev in previous.items():
+        if name in parent:
+            touched = True
+            if prev is None:
+                remove_table(parent, name)
+            else:
+                put_table(parent, name, prev)
+    prune_empty(doc, path)
+    return touched
 
 
 def _append_tail(table: Table, tail: list) -> None:
@@ -226,3 +254,95 @@ def _key_indent(table: Any) -> str:
         if key is not None and not isinstance(item, Table) and hasattr(item, "trivia"):
             return item.trivia.indent
     return ""
+
+
+# ---------------------------------------------------------------------------------------
+# keys written as upstream writes its default file: a default is a commented suggestion
+# ("#no-cgroups = false") that setting the key replaces in place
+
+
+def commented(name: str, value: object) -> Comment:
+    """The comment line `#name = value`."""
+    rendered = tomlkit.item(value).as_string()
+    return Comment(Trivia(comment_ws="", comment=f"#{name} = {rendered}", trail="\n"))
+
+
+def find_comment(table: Any, name: str) -> int | None:
+    """Index in the table's body of a `#name = ...` comment line."""
+    for idx, (k, item) in enumerate(_items(table).body):
+        if k is None and isinstance(item, Comment):
+            text = item.trivia.comment.lstrip("#").strip()
+            head, eq, _ = text.partition("=")
+            if eq and head.strip() == name:
+                return idx
+    return None
+
+
+def find_key(table: Any, name: str) -> int | None:
+    """Index in the table's body of key `name`."""
+    for idx, (k, _item) in enumerate(_items(table).body):
+        if k is not None and k.key == name:
+            return idx
+    return None
+
+
+def table_at(doc: TOMLDocument, section: list[str], create: bool, not_a_table: Any) -> Any:
+    """Walk to (creating) the table that holds a key; None if absent and not creating.
+    A value in the way raises not_a_table(dotted path)."""
+    current: Any = doc
+    for depth, part in enumerate(section):
+        if part in current:
+            nxt = current[part]
+            if not isinstance(nxt, (Table, InlineTable)):
+                raise not_a_table(".".join(section[: depth + 1]))
+            current = nxt
+            continue
+        if not create:
+            return None
+        new = tomlkit.table(is_super_table=depth < len(section) - 1)
+        current.append(part, new)
+        current = current[part]
+    return current
+
+
+def comment_out(table: Any, name: str, suggestion: object) -> None:
+    """Remove key `name`, leaving `#name = suggestion` in its place (unless such a comment
+    is already there); an inline table just loses the key."""
+    idx = find_key(table, name)
+    if idx is None:
+        return
+    if isinstance(table, InlineTable):  # no comments inside { ... }
+        del table[name]
+        return
+    container = _items(table)
+    has_comment = find_comment(table, name) is not None
+    container._remove_at(idx)  # leaves a Null placeholder at idx: indices stay valid
+    if not has_comment:
+        container.body[idx] = (None, commented(name, suggestion))
+
+
+def set_in_place(table: Any, name: str, value: object) -> None:
+    """Set key `name`: where it is (keeping a trailing comment), else where its
+    `#name = ...` suggestion is, else at the end of the table."""
+    item = tomlkit.item(value)
+    if name in table:
+        table[name] = item
+        return
+    comment_idx = find_comment(table, name)
+    if comment_idx is not None:
+        container = _items(table)
+        container.body[comment_idx] = (None, Null())
+        container._insert_at(comment_idx, name, item)
+    else:
+        table.append(name, item)
+
+
+def separate_new_table(doc: TOMLDocument, section: list[str]) -> None:
+    """A table appended before other tables needs a blank line after it."""
+    table: Any = doc
+    for part in section:
+        table = table[part]
+    rendered = tomlkit.dumps(doc)
+    block = table.as_string()
+    if not block.endswith("\n\n") and not rendered.endswith(block):
+        table.add(tomlkit.nl())

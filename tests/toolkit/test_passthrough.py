@@ -1,0 +1,393 @@
+"""The launcher's pass-through fast path (issue 14): `nvidia-container-runtime state/kill/
+delete/exec...` execs the low-level runtime without starting Python, from the settings the
+shim left in python/.passthrough-cache, and starts Python on every doubt.
+
+The oracle: after the cache is written, python/bin/python3 is moved away.  A call that still
+reaches the probe runtime took the fast path; one that fails with the launcher's "cannot
+execute .../python3" went to Python.  The probe records argv, environment and signal state,
+so the fast path is compared with the Python path call by call."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PROBE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv, char **envp) {
+    FILE *f = fopen(getenv("PROBE_OUT"), "w");
+    char line[512];
+    for (int i = 0; i < argc; i++) fprintf(f, "arg %s\n", argv[i]);
+    for (char **e = envp; *e; e++) fprintf(f, "env %s\n", *e);
+    FILE *s = fopen("/proc/self/status", "r");
+    while (fgets(line, sizeof line, s)) if (!strncmp(line, "SigBlk", 6) || !strncmp(line, "SigIgn", 6)) fputs(line, f);
+    return 0;
+}
+"""
+
+
+class Tree:
+    def __init__(self, root: Path, tmp: Path):
+        self.root, self.tmp = root, tmp
+        self.cache = root / "python/.passthrough-cache"
+        self.python = root / "python/bin/python3"
+        self.bin = tmp / "bin"
+        self.xdg = tmp / "xdg"
+        self.config = self.xdg / "nvidia-container-runtime/config.toml"
+        self.out = tmp / "probe.out"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "XDG_CONFIG_HOME": str(self.xdg), "PROBE_OUT": str(self.out)}
+        env.update(extra)
+        return env
+
+    def run(self, args, env=None, name="nvidia-container-runtime", ignore_pipe=False):
+        """(CompletedProcess, the probe's record or None)."""
+        self.out.unlink(missing_ok=True)
+        r = subprocess.run([str(self.root / name), *args], capture_output=True, text=True,
+                           env=self.env() if env is None else env, cwd=self.tmp,
+                           preexec_fn=(lambda: signal.signal(signal.SIGPIPE, signal.SIG_IGN)) if ignore_pipe else None)
+        return r, (self.out.read_text() if self.out.exists() else None)
+
+    @contextlib.contextmanager
+    def no_python(self):
+        """python3 moved away: only the fast path can reach the runtime."""
+        off = self.python.with_name("python3.off")
+        os.rename(self.python, off)
+        try:
+            yield
+        finally:
+            os.rename(off, self.python)
+
+    def fast(self, args, env=None, **kw):
+        """Run with the cache primed by a Python pass-through and python3 gone: the probe's
+        record when the fast path ran, None when the launcher went for Python."""
+        with self.no_python():
+            r, rec = self.run(args, env, **kw)
+        if rec is None:
+            assert r.returncode == 127 and "cannot execute" in r.stderr and "python3" in r.stderr, r.stderr
+        return rec
+
+
+@pytest.fixture
+def tree(toolkit, tmp_path) -> Tree:
+    root = tmp_path / "tk"
+    shutil.copytree(toolkit, root, symlinks=True)
+    t = Tree(root, tmp_path)
+    t.bin.mkdir()
+    (tmp_path / "probe.c").write_text(PROBE)
+    subprocess.run(["gcc", "-O1", "-o", str(t.bin / "runc"), str(tmp_path / "probe.c")], check=True)
+    t.config.parent.mkdir(parents=True)
+    return t
+
+
+def prime(t: Tree, args=("--root", "/x", "state", "id"), env=None) -> str:
+    """A pass-through through Python (which writes the cache); returns its probe record."""
+    r, rec = t.run(list(args), env)
+    assert r.returncode == 0 and rec is not None, r.stderr
+    assert t.cache.is_file()
+    return rec
+
+
+STATE = ["--root", "/x", "state", "id"]
+
+
+def test_fast_path_is_used_and_identical_to_python(tree):
+    """argv, environment and signal state reach the runtime exactly as the Python shim
+    passes them, for the shapes engines use (global flags first, --log files, exec's
+    own arguments, the .cdi/.legacy names), with no config file and with one."""
+    shapes = [STATE,
+              ["--root", "/run/runc", "--log", str(tree.tmp / "engine.log"), "--log-format", "json", "kill", "id", "9"],
+              ["--systemd-cgroup", "delete", "--force", "id"],
+              ["exec", "--pid-file", "/p", "id", "sh", "-c", "echo hi"],
+              ["--log=" + str(tree.tmp / "eq.log"), "start", "id"]]
+    for config in (None, '[nvidia-container-runtime]\nlog-level = "info"\nruntimes = ["nope", "runc"]\n'):
+        if config is not None:
+            tree.config.write_text(config)
+        for name in ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy"):
+            for args in shapes:
+                for log in tree.tmp.glob("*.log"):
+                    log.unlink()
+                tree.cache.unlink(missing_ok=True)
+                slow = tree.run(args, name=name)[1]  # Python (no cache yet), which writes it
+                assert slow is not None and tree.cache.is_file()
+                made_by_python = sorted(p.name for p in tree.tmp.glob("*.log"))
+                for log in tree.tmp.glob("*.log"):
+                    log.unlink()
+                quick = tree.fast(args, name=name)
+                assert quick == slow, (name, args)
+                # the engine's --log file is created (empty) as the Python shim does
+                assert sorted(p.name for p in tree.tmp.glob("*.log")) == made_by_python
+    assert f"arg {tree.bin}/runc\n" in quick and "SigIgn:\t0000000000000000" in quick
+
+
+def test_ignored_signals_and_duplicate_free_env_match(tree):
+    """An engine that starts the shim with SIGPIPE ignored: both paths give the runtime
+    default dispositions (nct.sigreset)."""
+    prime(tree)
+    slow = tree.run(STATE, ignore_pipe=True)[1]
+    quick = tree.fast(STATE, ignore_pipe=True)
+    assert quick == slow and "SigIgn:\t0000000000000000" in quick
+
+
+def test_runtime_is_looked_up_now_not_cached(tree):
+    """The cache holds config.toml's settings, not a lookup result: a runtime that appears
+    earlier on PATH later is found by the fast path, as Python would find it."""
+    prime(tree)
+    earlier = tree.tmp / "earlier"
+    earlier.mkdir()
+    shutil.copy2(tree.bin / "runc", earlier / "runc")
+    env = tree.env(PATH=f"{earlier}:{tree.bin}:/usr/bin:/bin")
+    assert f"arg {earlier}/runc\n" in tree.fast(STATE, env)
+    # the shim itself on PATH as `runc` is skipped, as nct.runtime.lookup does
+    os.link(tree.root / "nvidia-container-runtime", earlier / "shim")
+    (earlier / "runc").unlink()
+    os.link(tree.root / "nvidia-container-runtime", earlier / "runc")
+    rec = tree.fast(STATE, env, name="nvidia-container-runtime")
+    assert rec is not None and f"arg {tree.bin}/runc\n" in rec
+
+
+def test_lookup_matches_python_for_path_shapes(tree):
+    """PATH entries with a trailing slash, empty and relative entries, and a runtime found
+    only in the fallback directories (not on PATH): the fast path execs the same file
+    under the same name as nct.runtime.lookup."""
+    runc = shutil.which("runc", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    for path in (f"{tree.bin}/:/usr/bin", f"::bin:{tree.bin}", "bin:/usr/bin", "/nonexistent"):
+        if path == "/nonexistent" and not runc:
+            continue
+        env = tree.env(PATH=path)
+        args = ["--root", str(tree.tmp / "runc-root"), "list"]  # real runc when found in a fallback dir
+        tree.cache.unlink(missing_ok=True)
+        slow_r, slow = tree.run(args, env)
+        assert tree.cache.is_file(), slow_r.stderr
+        with tree.no_python():
+            fast_r, fast = tree.run(args, env)
+        assert "cannot execute" not in fast_r.stderr, path
+        assert (fast_r.returncode, fast_r.stdout, fast_r.stderr, fast) == \
+            (slow_r.returncode, slow_r.stdout, slow_r.stderr, slow), path
+
+
+@pytest.mark.parametrize("args", [
+    ["create", "--bundle", "/b", "id"],
+    ["--root", "/x", "--log", "/l", "create", "--bundle", "/b", "id"],  # create after global flags
+    ["--root", "/x", "run", "id"],  # run creates a container too
+    ["restore", "id"],
+    ["--unknown-flag", "value", "state", "id"],  # a shape is_create cannot place
+    ["state", "--bundle", "create"],  # upstream's literal rule would see `create`
+    ["--version"],
+    ["state", "--debug", "id"],
+    ["exec", "id", "sh", "--debug"],  # Python's logger reads --debug anywhere
+    ["--root", "/x"],  # no subcommand
+    [],
+    ["spec"],  # not on the fast path's list
+])
+def test_falls_back_on_argv_it_does_not_plainly_pass(tree, args):
+    prime(tree)
+    assert tree.fast(args) is None
+
+
+def test_falls_back_when_config_changes_or_appears(tree):
+    prime(tree)  # no config.toml: cached as absent
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
+    assert tree.fast(STATE) is None
+    prime(tree)
+    assert tree.fast(STATE) is not None
+    os.utime(tree.config, ns=(0, 0))  # same size, other mtime
+    assert tree.fast(STATE) is None
+    prime(tree)
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["nort"]\n')  # same size, new content
+    assert tree.fast(STATE) is None
+    # the Python shim then reports what the config says (no `nort` here), never the stale runc
+    r, rec = tree.run(STATE)
+    assert rec is None and r.returncode == 1 and "no low-level runtime found" in r.stderr
+    # a cache made with a config file, and the file gone: built-in defaults now, Python reads them
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
+    prime(tree)
+    tree.config.unlink()
+    assert tree.fast(STATE) is None
+
+
+def test_falls_back_when_env_chooses_another_config(tree):
+    prime(tree)
+    other = tree.tmp / "other.toml"
+    other.write_text("")
+    assert tree.fast(STATE, tree.env(NVIDIA_CTK_CONFIG_FILE_PATH=str(other))) is None
+    assert tree.fast(STATE, tree.env(XDG_CONFIG_HOME=str(tree.tmp))) is None
+    env = tree.env()
+    del env["XDG_CONFIG_HOME"]
+    assert tree.fast(STATE, env) is None
+
+
+RAWEXEC = r"""
+#include <string.h>
+#include <unistd.h>
+/* rawexec ENV... -- PROG ARGS...: exec with exactly these environment strings, duplicates kept */
+int main(int argc, char **argv) {
+    int i = 1;
+    while (i < argc && strcmp(argv[i], "--")) i++;
+    argv[i] = 0;
+    execv(argv[i + 1], argv + i + 1);
+    return 127;
+}
+"""
+
+
+def test_falls_back_on_duplicate_env_entries(tree):
+    """Two XDG_CONFIG_HOME entries: which one Python sees is not the launcher's guess."""
+    (tree.tmp / "rawexec.c").write_text(RAWEXEC.replace("execv(argv[i + 1], argv + i + 1)",
+                                                        "execve(argv[i + 1], argv + i + 1, argv + 1)"))
+    subprocess.run(["gcc", "-o", str(tree.tmp / "rawexec"), str(tree.tmp / "rawexec.c")], check=True)
+    prime(tree)
+    base = [str(tree.tmp / "rawexec"), f"PROBE_OUT={tree.out}", f"PATH={tree.bin}:/usr/bin:/bin"]
+    shim = ["--", str(tree.root / "nvidia-container-runtime"), *STATE]
+    with tree.no_python():
+        tree.out.unlink(missing_ok=True)
+        r = subprocess.run([*base, f"XDG_CONFIG_HOME={tree.xdg}", *shim], capture_output=True, text=True)
+        assert tree.out.exists(), r.stderr  # the helper itself is sound
+        tree.out.unlink()
+        r = subprocess.run([*base, f"XDG_CONFIG_HOME={tree.tmp}", f"XDG_CONFIG_HOME={tree.xdg}", *shim],
+                           capture_output=True, text=True)
+    assert not tree.out.exists() and "cannot execute" in r.stderr
+
+
+def test_falls_back_when_logging_is_asked_for(tree):
+    """Debug logging is Python's: no cache is written, and a cache from before no longer
+    matches the changed config."""
+    prime(tree)
+    log = tree.tmp / "debug/runtime.log"
+    tree.config.write_text(f'[nvidia-container-runtime]\ndebug = "{log}"\nlog-level = "debug"\n')
+    assert tree.fast(STATE) is None
+    tree.cache.unlink()
+    r, rec = tree.run(STATE)
+    assert rec is not None and "Using low-level runtime" in log.read_text()
+    assert not tree.cache.exists()
+    assert tree.fast(STATE) is None
+
+
+def test_no_cache_when_python_logged_a_warning(tree):
+    """An invalid log-level is a warning line in the debug file on every call: Python's."""
+    log = tree.tmp / "runtime.log"
+    tree.config.write_text(f'[nvidia-container-runtime]\ndebug = "{log}"\nlog-level = "loud"\n')
+    r, rec = tree.run(STATE)
+    assert rec is not None and "invalid log-level" in log.read_text()
+    assert not tree.cache.exists()
+
+
+def test_debug_file_is_created_like_python_and_uncreatable_falls_back(tree):
+    log = tree.tmp / "logs/runtime.log"
+    tree.config.write_text(f'[nvidia-container-runtime]\ndebug = "{log}"\n')
+    prime(tree)
+    assert log.exists() and log.read_text() == ""
+    log.unlink()
+    assert tree.fast(STATE) is not None and log.exists() and log.read_text() == ""
+    shutil.rmtree(log.parent)  # Python makes the directory; the launcher does not
+    assert tree.fast(STATE) is None
+
+
+def test_falls_back_on_an_untrusted_or_broken_cache(tree):
+    prime(tree)
+    good = tree.cache.read_bytes()
+    assert tree.fast(STATE) is not None
+    tree.cache.chmod(0o666)
+    assert tree.fast(STATE) is None
+    tree.cache.chmod(0o644)
+    os.chown(tree.cache, 12345, 0)
+    assert tree.fast(STATE) is None
+    tree.cache.unlink()
+    elsewhere = tree.tmp / "cache-elsewhere"
+    elsewhere.write_bytes(good)
+    tree.cache.symlink_to(elsewhere)
+    assert tree.fast(STATE) is None
+    tree.cache.unlink()
+    for bad in (good[:-1], good.replace(b"\x002\x00", b"\x003\x00"), good.replace(b"nct-passthrough 1", b"nct-passthrough 9"),
+                good.replace(b"\x00end\x00", b"\x00xyz\x00")):
+        tree.cache.write_bytes(bad)
+        assert tree.fast(STATE) is None, bad
+    tree.cache.write_bytes(good)
+    assert tree.fast(STATE) is not None
+
+
+def test_falls_back_after_the_toolkit_is_replaced(tree):
+    """An upgrade replaces python/ (a new NCT-TOOLKIT inode): a cache from the old install
+    is not trusted."""
+    prime(tree)
+    marker = tree.root / "python/NCT-TOOLKIT"
+    data = marker.read_bytes()
+    marker.unlink()
+    marker.write_bytes(data)
+    assert tree.fast(STATE) is None
+
+
+def test_falls_back_when_no_runtime_is_found(tree):
+    """Python reports it (one line, exit 1); the launcher never makes up its own error."""
+    shutil.copy2(tree.bin / "runc", tree.bin / "probe-rt")
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["probe-rt"]\n')
+    prime(tree)
+    assert tree.fast(STATE, tree.env(PATH="/nonexistent")) is None
+    r, rec = tree.run(STATE, tree.env(PATH="/nonexistent"))
+    assert rec is None and r.returncode == 1 and "no low-level runtime found" in r.stderr
+
+
+def test_no_cache_for_runtimes_the_launcher_would_resolve_differently(tree):
+    """Relative paths with a slash and unnormalised absolute ones (abspath rewrites them in
+    Python): no cache, so always Python."""
+    for runtimes in (f'["./bin/runc"]', f'["{tree.bin}/../bin/runc"]'):
+        tree.config.write_text(f"[nvidia-container-runtime]\nruntimes = {runtimes}\n")
+        r, rec = tree.run(STATE)
+        assert rec is not None, r.stderr
+        assert not tree.cache.exists()
+
+
+def test_real_runc_container_through_the_fast_path(tree, tmp_path):
+    """A busybox container made by the shim (Python: create), then state/kill/delete with
+    python3 gone: real runc behind the fast path."""
+    runc = shutil.which("runc")
+    busybox = shutil.which("busybox")
+    if os.geteuid() != 0 or not runc or not busybox:
+        pytest.skip("needs root, runc and busybox")
+    import json
+
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    shutil.copy2(busybox, rootfs / "bin/busybox")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    subprocess.run([runc, "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["root"] = {"path": str(rootfs), "readonly": True}
+    spec["process"].update(terminal=False, args=["/bin/busybox", "sleep", "600"])
+    (bundle / "config.json").write_text(json.dumps(spec))
+    env = {"PATH": f"{Path(runc).parent}:/usr/bin:/bin", "XDG_CONFIG_HOME": str(tree.xdg)}
+    shim = str(tree.root / "nvidia-container-runtime")
+    root = str(tmp_path / "runc-root")
+    cid = f"nct-fast-{os.getpid()}"
+    # the container keeps create's stdio: files, not pipes (a pipe would never reach EOF)
+    with open(tmp_path / "create.err", "w+") as err:
+        r = subprocess.run([shim, "--root", root, "create", "--bundle", str(bundle), cid], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, timeout=60)
+    assert r.returncode == 0, (tmp_path / "create.err").read_text()
+    try:
+        r = subprocess.run([shim, "--root", root, "state", cid], env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and '"created"' in r.stdout and tree.cache.exists(), r.stderr
+        with tree.no_python():
+            for args, want in ((["start", cid], ""), (["state", cid], '"running"'), (["kill", cid, "KILL"], "")):
+                r = subprocess.run([shim, "--root", root, *args], env=env, capture_output=True, text=True)
+                assert r.returncode == 0 and want in r.stdout, (args, r.stderr)
+            for _ in range(100):
+                r = subprocess.run([shim, "--root", root, "state", cid], env=env, capture_output=True, text=True)
+                if '"stopped"' in r.stdout:
+                    break
+            r = subprocess.run([shim, "--root", root, "delete", cid], env=env, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            r = subprocess.run([shim, "--root", root, "state", cid], env=env, capture_output=True, text=True)
+            assert r.returncode != 0 and "does not exist" in r.stderr
+    finally:
+        subprocess.run([runc, "--root", root, "delete", "--force", cid], capture_output=True)
