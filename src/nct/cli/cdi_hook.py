@@ -164,8 +164,9 @@ def state_root(container_spec: str | None) -> str:
     return container_root(state)
 
 
-def run_step(name: str, o: dict, states: States) -> str | None:
-    """Run one hook on the container; returns its debug message, if any."""
+def run_step(name: str, o: dict, states: States, ldconfig=None) -> str | None:
+    """Run one hook on the container; returns its debug message, if any. `ldconfig`: an
+    update-ldcache step's child, started early (nct.container.ldconfig.start_ldconfig)."""
     from nct.container.hooks import open_root
 
     spec = o.get("container_spec")
@@ -182,6 +183,9 @@ def run_step(name: str, o: dict, states: States) -> str | None:
     if name == "update-ldcache":
         from nct.container.ldconfig import run_ldconfig
 
+        if ldconfig is not None:
+            ldconfig.run(list(o["folders"]), write_conf=True)
+            return f"updated ld cache of {ldconfig.root.path} for {list(o['folders'])}"
         with open_root(states.root(spec)) as root:
             run_ldconfig(root, list(o["folders"]), ldconfig="@" + o["ldconfig_path"], write_conf=True)
         return f"updated ld cache of {root.path} for {list(o['folders'])}"
@@ -239,20 +243,40 @@ def error_line(name: str | None, e: Exception) -> str | None:
 
 
 def run_steps(steps: list[Step], debug: bool) -> int:
-    """Run the steps in order, stopping at the first failure (exit status 1)."""
+    """Run the steps in order, stopping at the first failure (exit status 1). When an
+    update-ldcache step comes after others, its ldconfig child is forked first and enters
+    its jail while those run (nct.container.ldconfig.start_ldconfig)."""
     os.umask(0o022)  # parents we create are 0755 whatever umask the runtime passed on
     states = States()
-    for name, o in steps:
-        try:
-            msg = run_step(name, o, states)
-        except Exception as e:
-            line = error_line(name, e)
-            if line is None:
+    early = None
+    name = None
+    try:
+        ld = next((i for i, (n, _) in enumerate(steps) if n == "update-ldcache"), 0)
+        if ld:
+            from nct.container.hooks import open_root
+            from nct.container.ldconfig import start_ldconfig
+
+            name, o = steps[ld]
+            root = open_root(states.root(o.get("container_spec")))
+            try:
+                early = start_ldconfig(root, ldconfig="@" + o["ldconfig_path"])
+            except BaseException:
+                root.close()
                 raise
-            print(line, file=sys.stderr)
-            return 1
-        if debug and msg:
-            print(f"{PROG}: {msg}", file=sys.stderr)
+        for i, (name, o) in enumerate(steps):
+            msg = run_step(name, o, states, early if i == ld else None)
+            if debug and msg:
+                print(f"{PROG}: {msg}", file=sys.stderr)
+    except Exception as e:
+        line = error_line(name, e)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
+    finally:
+        if early is not None:
+            early.cancel()
+            early.root.close()
     return 0
 
 
