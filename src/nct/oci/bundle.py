@@ -6,7 +6,6 @@ one-line SpecError naming the file and the key."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from nct import jsonio
@@ -37,9 +36,9 @@ def read_spec_file(path: str) -> dict:
         spec = jsonio.loads(data)
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text at byte {e.start}") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except ValueError as e:
+        if hasattr(e, "lineno") and hasattr(e, "colno"):  # json.JSONDecodeError (json not imported here)
+            raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None  # type: ignore[attr-defined]
         raise SpecError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(spec, dict):
         raise SpecError(f"{path}: the OCI spec must be a JSON object, not {_typename(spec)}")
@@ -63,9 +62,9 @@ def load_bundle_spec(bundle: str, *, strict: bool = False) -> dict:
 def dump_spec(spec: dict) -> bytes:
     """Compact JSON, as upstream writes it back."""
     try:
-        return json.dumps(spec, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return jsonio.dumps_compact(spec).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
-        return json.dumps(spec, separators=(",", ":")).encode("ascii")
+        return jsonio.dumps_compact(spec, ensure_ascii=True).encode("ascii")
 
 
 def write_bundle_spec(bundle: str, spec: dict) -> None:
