@@ -24,5 +24,6 @@ want limits && "$PY" bench/limits_bench.py
 want ldconf && "$PY" bench/ldconf_bench.py
 want startup && "$PY" bench/toolkit_startup.py --toolkit "$tk/tree"
 want start && "$PY" bench/start_bench.py --toolkit "$tk/tree"
+want scale && "$PY" bench/scale_bench.py --toolkit "$tk/tree"
 echo
 "$PY" bench/table.py
