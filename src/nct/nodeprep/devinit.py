@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
-CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 CAPS_MAJOR = "nvidia-caps"

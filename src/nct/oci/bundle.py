@@ -1,4 +1,4 @@
-"""Read and write an OCI bundle's config.json.
+"""Read and write an OCI spec file (a bundle's config.json).
 
 The spec stays a plain dict so fields we do not know survive a round trip unchanged;
 only the parts nct reads or edits are type-checked (`check_spec_types`), each failure a
@@ -7,18 +7,13 @@ one-line SpecError naming the file and the key."""
 from __future__ import annotations
 
 import json
-import os
 
 from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
-from nct.limits import read_document, shown
+from nct.limits import read_document
 
 CONFIG_NAME = "config.json"
-
-
-def config_path(bundle: str) -> str:
-    return os.path.join(bundle or ".", CONFIG_NAME)
 
 
 def read_spec_file(path: str) -> dict:
@@ -46,31 +41,12 @@ def read_spec_file(path: str) -> dict:
     return spec
 
 
-def load_bundle_spec(bundle: str, *, strict: bool = False) -> dict:
-    """`<bundle>/config.json` as a dict, with the parts we use type-checked.
-    `strict` also rejects fields the OCI spec does not define (upstream's default decode)."""
-    path = config_path(bundle)
-    spec = read_spec_file(path)
-    check_spec_types(spec, path)
-    if strict:
-        unknown = unknown_fields(spec)
-        if unknown:
-            raise SpecError(f"{path}: unknown field {shown(repr(unknown[0]))} in OCI spec"
-                            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
-    return spec
-
-
 def dump_spec(spec: dict) -> bytes:
     """Compact JSON, as upstream writes it back."""
     try:
         return json.dumps(spec, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
         return json.dumps(spec, separators=(",", ":")).encode("ascii")
-
-
-def write_bundle_spec(bundle: str, spec: dict) -> None:
-    """Replace `<bundle>/config.json` atomically, keeping its mode and owner."""
-    write_spec_file(config_path(bundle), spec)
 
 
 def write_spec_file(path: str, spec: dict) -> None:
