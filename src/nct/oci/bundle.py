@@ -11,7 +11,6 @@ import json
 from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
-from nct.limits import read_document
 
 CONFIG_NAME = "config.json"
 
@@ -19,26 +18,9 @@ CONFIG_NAME = "config.json"
 def read_spec_file(path: str) -> dict:
     """Load an OCI spec file; SpecError for a missing file, bad JSON (line and column), or
     a document that is not an object."""
-    try:
-        with open(path, "rb") as f:
-            data = read_document(f)
-    except ValueError as e:
-        raise SpecError(f"{path}: {e}") from None
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file (is the bundle path right?)") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        spec = jsonio.loads(data)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not UTF-8 text at byte {e.start}") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except ValueError as e:
-        raise SpecError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(spec, dict):
-        raise SpecError(f"{path}: the OCI spec must be a JSON object, not {_typename(spec)}")
-    return spec
+    return jsonio.read_object(path, SpecError, missing="no such file (is the bundle path right?)",
+                              cannot_read="cannot read: {}",
+                              not_object="the OCI spec must be a JSON object, not {}")
 
 
 def dump_spec(spec: dict) -> bytes:
@@ -59,15 +41,10 @@ def write_spec_file(path: str, spec: dict) -> None:
 
 # --- type checks of the parts nct reads or edits -------------------------------------
 
-def _typename(v: object) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
-
-
 def _want(path: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        raise SpecError(f"{path}: {key} must be {what}, not {_typename(value)}")
+        raise SpecError(f"{path}: {key} must be {what}, not {jsonio.type_name(value)}")
 
 
 def _str_list(path: str, key: str, value: object) -> None:
@@ -78,7 +55,7 @@ def _str_list(path: str, key: str, value: object) -> None:
 
 def _int(path: str, key: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{path}: {key} must be an integer, not {_typename(value)}")
+        raise SpecError(f"{path}: {key} must be an integer, not {jsonio.type_name(value)}")
 
 
 def check_spec_types(spec: dict, path: str = CONFIG_NAME) -> None:
