@@ -6,7 +6,6 @@ since, and otherwise removes just what we added."""
 from __future__ import annotations
 
 import os
-import subprocess
 from nct.record import Record, field
 
 from nct.engines import containerd, crio, docker
@@ -15,8 +14,8 @@ from nct.engines.files import (
     save_state, state_path, unified_diff,
 )
 from nct.engines.model import Edit, EngineRequest
+from nct.engines.reload import run_tool
 from nct.errors import EngineConfigError
-from nct.sigreset import default_signals
 
 MODULES = {"docker": docker, "containerd": containerd, "crio": crio}
 
@@ -73,19 +72,8 @@ def source_text(req: EngineRequest) -> str | None:
 
 
 def _run(cmd: list[str]) -> str:
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_host_env(),
-                             preexec_fn=default_signals)
-    except FileNotFoundError:
-        if cmd[0].startswith("crio"):
-            raise
-        raise EngineConfigError(f"{cmd[0]}: not found (needed by --config-source command)") from None
-    except subprocess.TimeoutExpired:
-        raise EngineConfigError(f"{' '.join(cmd)}: timed out") from None
-    if res.returncode != 0:
-        err = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
-        raise EngineConfigError(f"{' '.join(cmd)}: failed: {err}")
-    return res.stdout
+    return run_tool(cmd, env=_host_env(), timeout=60,
+                    needed_by=None if cmd[0].startswith("crio") else "--config-source command")
 
 
 def _host_env() -> dict[str, str]:
