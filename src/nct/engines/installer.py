@@ -571,9 +571,24 @@ def install(inst: Installation) -> Installation:
     return inst
 
 
+def runtime_still_loaded(opts: InstallOptions) -> str:
+    """Why the engine may still start containers through the installed runtime after its
+    config is restored ("" when it cannot): dockerd's SIGHUP reload keeps the values of keys
+    the file no longer has (`runtimes`, `default-runtime`; seen on dockerd 20.10), so after
+    the undo it would default to a removed binary until it restarts.  containerd exits on
+    SIGHUP and its supervisor starts it on the restored file; `systemd` restarts the engine;
+    CRI-O re-reads hooks.d for every container; `none` never made the engine load it."""
+    if opts.runtime == "docker" and opts.restart_mode == "signal":
+        return ("dockerd's SIGHUP reload does not forget the nvidia runtime (nor its default-runtime), "
+                "so it keeps using these files until docker restarts")
+    return ""
+
+
 def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     """Undo an install: engine config back (original bytes), engine restarted, hook and specs
-    removed, toolkit files removed.  Created device nodes stay (containers may use them)."""
+    removed, toolkit files removed, unless the engine still has the runtime loaded (see
+    runtime_still_loaded): then the toolkit dir stays, with a manifest that `--uninstall`
+    removes it by.  Created device nodes stay (containers may use them)."""
     from nct.engines.configure import apply, plan_unconfigure
     from nct.engines.reload import restart_engine
 
@@ -582,17 +597,26 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     if inst.hook_file:
         remove_file(inst.hook_file)
         inst.log.append(f"removed the OCI hook {inst.hook_file}")
+    keep = ""
     if inst.engine_configured:
         try:
             changed = apply(plan_unconfigure(engine_request(opts)))
             inst.log.append(f"restored {opts.runtime} configuration")
             if changed:
                 inst.log.append(restart_engine(opts.runtime, opts.restart_mode, opts.socket, opts.host_root))
+            keep = runtime_still_loaded(opts)
         except NctError as e:
             errors.append(str(e))
+            keep = f"{opts.runtime}'s configuration could not be restored"
     for spec in inst.cdi_specs:
         remove_file(spec)
-    remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
-    inst.installed.remove()
+    if keep:  # the engine would fail every container start (and stop) without these files
+        inst.engine_configured, inst.hook_file, inst.cdi_specs = False, None, []
+        inst.save()
+        inst.log.append(f"keeping {opts.toolkit_dir}: {keep}; remove it after that with "
+                        f"`nct install --toolkit-root {opts.toolkit_dir} --uninstall` (or leave it to the next install)")
+    else:
+        remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
+        inst.installed.remove()
     if errors and not quiet_errors:
         raise EngineConfigError("; ".join(errors))
