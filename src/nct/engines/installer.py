@@ -159,7 +159,7 @@ def validate(opts: InstallOptions) -> list[str]:
         raise EngineConfigError(f"invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
     if opts.crio_config_mode not in ("config", "hook"):
         raise EngineConfigError(f"invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
-    for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"),
+    for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"), (opts.host_root, "--host-root"),
                     (opts.drop_in_host_path, "--drop-in-config-host-path"), (opts.crio_hooks_dir, "--hooks-dir")):
         if p and not os.path.isabs(p):
             raise EngineConfigError(f"{what} {p}: must be an absolute path")
@@ -213,10 +213,19 @@ class Installation(Record, frozen=False):
             raise EngineConfigError(f"{path}: no nct installation found there")
         try:
             data = json.loads(text)
-            return cls(InstallOptions(**data["options"]), Installed(**data["installed"]),
-                       data["engine_configured"], data.get("hook_file"), list(data.get("cdi_specs") or []))
+            opts = InstallOptions(**data["options"])
+            inst = cls(opts, Installed(**data["installed"]), data["engine_configured"], data.get("hook_file"),
+                       list(data.get("cdi_specs") or []))
         except (ValueError, KeyError, TypeError):
             raise EngineConfigError(f"{path}: corrupt install manifest") from None
+        # what it removes is bounded by the dir it was found in, whatever the file says: the
+        # toolkit dir asked for, CDI specs and the hook by their file type (CDI and CRI-O read
+        # only those), never any other host file
+        opts.toolkit_dir = toolkit_dir
+        inst.cdi_specs = [p for p in inst.cdi_specs if isinstance(p, str) and p.endswith((".yaml", ".json"))]
+        if not (isinstance(inst.hook_file, str) and inst.hook_file.endswith(".json")):
+            inst.hook_file = None
+        return inst
 
 
 # --- the pid file -------------------------------------------------------------------------
@@ -242,6 +251,11 @@ def lock_pid_file(path: str) -> PidLock:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise EngineConfigError(f"{path}: cannot open the pid file: {e.strerror or e}") from None
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there
+        os.close(fd)
+        raise EngineConfigError(f"{path}: the pid file is not a regular file; remove it")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -442,6 +456,9 @@ def install_toolkit(opts: InstallOptions, inst: Installation) -> None:
         copy_library(lib, inst.installed)
         write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
     cfg = root / CONFIG_REL
+    from nct.engines.files import unlink_links
+
+    unlink_links(str(root), str(cfg))  # config.toml never lands outside the toolkit dir
     inst.installed.mkdir(cfg.parent)
     from nct.fileio import atomic_write
 
@@ -521,6 +538,8 @@ def configure_engine(opts: InstallOptions, inst: Installation, source: str | Non
         atomic_write(path, text.encode(), mode=0o644, keep_owner=False)
         inst.log.append(f"wrote the OCI hook {path}")
         return  # CRI-O reads hooks.d for every new container: no restart needed
+    if opts.drop_in and os.path.islink(opts.drop_in):  # nct's own file: never written through a link
+        raise EngineConfigError(f"{opts.drop_in}: the drop-in is a symbolic link; remove it (nct writes a plain file)")
     req = engine_request(opts)
     plan = plan_configure(req, source)
     inst.engine_configured = True
@@ -617,6 +636,6 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
                         f"`nct install --toolkit-root {opts.toolkit_dir} --uninstall` (or leave it to the next install)")
     else:
         remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
-        inst.installed.remove()
+        inst.installed.remove(opts.toolkit_dir)
     if errors and not quiet_errors:
         raise EngineConfigError("; ".join(errors))
