@@ -167,3 +167,28 @@ def test_relative_host_root_is_refused(tmp_path):
     (tmp_path / "daemon.json").write_text(DAEMON_JSON)
     r = install(tmp_path, "--host-root", "host", timeout=60)
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == "nct: --host-root host: must be an absolute path"
+
+
+def test_links_planted_at_the_backup_and_state_names_are_replaced(tmp_path):
+    """`daemon.json.bak` and the state file beside it are nct's own: a link planted at either
+    name is replaced by the file, never written through (the engine config itself may be a
+    link, e.g. into a ConfigMap, and is written at its target)."""
+    (tmp_path / "daemon.json").write_text(DAEMON_JSON)
+    v = victims(tmp_path)
+    os.symlink(v["file"], tmp_path / "daemon.json.nct-state.json")  # read through: not a state file, refused
+    r = install(tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == \
+        f"nct: {tmp_path}/daemon.json.nct-state.json: corrupt nct state file; remove it to continue"
+    assert intact(v) and not (tmp_path / "toolkit").exists() and "keeping" not in r.stderr
+    os.unlink(tmp_path / "daemon.json.nct-state.json")
+    os.symlink(tmp_path / "host/etc/state", tmp_path / "daemon.json.nct-state.json")  # dangling: would be created
+    os.symlink(tmp_path / "host/etc/new-file", tmp_path / "daemon.json.bak")
+    r = install(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert intact(v) and not (tmp_path / "host/etc/new-file").exists() and not (tmp_path / "host/etc/state").exists()
+    assert (tmp_path / "daemon.json.bak").read_text() == DAEMON_JSON and not (tmp_path / "daemon.json.bak").is_symlink()
+    assert json.loads((tmp_path / "daemon.json.nct-state.json").read_text())["engine"] == "docker"
+    r = uninstall(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert intact(v) and (tmp_path / "daemon.json").read_text() == DAEMON_JSON
+    assert not os.path.lexists(tmp_path / "daemon.json.bak") and not os.path.lexists(tmp_path / "daemon.json.nct-state.json")

@@ -161,8 +161,8 @@ def apply(plan: Plan) -> list[str]:
             before = read_text(path)
             entry = state["files"][path] = {"original": before, "backup": None}
             bak = path + ".bak"
-            if path == req.config and before is not None and not os.path.exists(bak):
-                atomic_write(bak, before, os.stat(path).st_mode & 0o7777)
+            if path == req.config and before is not None and (os.path.islink(bak) or not os.path.exists(bak)):
+                atomic_write(bak, before, os.stat(path).st_mode & 0o7777, follow=False)
                 entry["backup"] = bak
         entry["written"] = digest(text)
     state["changes"] = merge_changes(state.get("changes", {}), plan.changes)

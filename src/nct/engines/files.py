@@ -53,13 +53,15 @@ def made_dirs(path: str) -> list[str]:
     return list(reversed(missing))
 
 
-def atomic_write(path: str, text: str, mode: int | None = None) -> None:
+def atomic_write(path: str, text: str, mode: int | None = None, follow: bool = True) -> None:
     """nct.fileio.atomic_write for engine files: a symlinked config (e.g. into a ConfigMap
     or /etc/alternatives) is written at its target so the link survives.  These are the
-    host's own engine files, never a container's."""
+    host's own engine files, never a container's.  nct's own files beside them (`.bak`, the
+    state file) pass follow=False: a link planted at such a name is replaced, not written
+    through."""
     from nct.fileio import atomic_write as write_bytes
 
-    if os.path.islink(path):
+    if follow and os.path.islink(path):
         path = os.path.realpath(path)
     try:
         write_bytes(path, text.encode("utf-8"), mode=mode)
@@ -150,7 +152,7 @@ def load_state(config: str) -> dict | None:
 
 
 def save_state(config: str, state: dict) -> None:
-    atomic_write(state_path(config), json.dumps(state, indent=2, sort_keys=True) + "\n", 0o600)
+    atomic_write(state_path(config), json.dumps(state, indent=2, sort_keys=True) + "\n", 0o600, follow=False)
 
 
 def merge_changes(old: dict, new: dict) -> dict:

@@ -603,6 +603,14 @@ def runtime_still_loaded(opts: InstallOptions) -> str:
     return ""
 
 
+def _engine_files_name(opts: InstallOptions) -> bool:
+    """Whether the engine's files (as they are now) name the toolkit dir; True when unreadable."""
+    try:
+        return any(opts.toolkit_dir in (read_text(p) or "") for p in (opts.config, opts.drop_in) if p)
+    except NctError:
+        return True
+
+
 def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     """Undo an install: engine config back (original bytes), engine restarted, hook and specs
     removed, toolkit files removed, unless the engine still has the runtime loaded (see
@@ -626,7 +634,8 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
             keep = runtime_still_loaded(opts)
         except NctError as e:
             errors.append(str(e))
-            keep = f"{opts.runtime}'s configuration could not be restored"
+            if _engine_files_name(opts):
+                keep = f"{opts.runtime}'s configuration could not be restored and still names it"
     for spec in inst.cdi_specs:
         remove_file(spec)
     if keep:  # the engine would fail every container start (and stop) without these files
