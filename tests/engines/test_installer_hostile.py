@@ -192,3 +192,11 @@ def test_links_planted_at_the_backup_and_state_names_are_replaced(tmp_path):
     assert r.returncode == 0, r.stderr
     assert intact(v) and (tmp_path / "daemon.json").read_text() == DAEMON_JSON
     assert not os.path.lexists(tmp_path / "daemon.json.bak") and not os.path.lexists(tmp_path / "daemon.json.nct-state.json")
+
+
+def test_engine_config_nested_too_deeply_is_one_clear_error(tmp_path):
+    (tmp_path / "daemon.json").write_text("[" * 100000 + "]" * 100000)
+    r = install(tmp_path, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == f"nct: {tmp_path}/daemon.json: JSON nested too deeply (not a daemon.json)"
+    assert sorted(os.listdir(tmp_path)) == ["daemon.json"]

@@ -420,7 +420,7 @@ def low_level_runtimes(engine: str, text: str | None) -> list[str]:
                 ctd = cri.get("containerd") or {}
                 runtimes, default = ctd.get("runtimes") or {}, ctd.get("default_runtime_name")
                 binary = lambda r: (r.get("options") or {}).get("BinaryName")  # noqa: E731
-    except (ValueError, AttributeError, EngineConfigError):
+    except (ValueError, AttributeError, RecursionError, EngineConfigError):  # configure names the error
         runtimes, default, binary = {}, None, None
     names = ([default] if isinstance(default, str) and default and not default.startswith("nvidia") else [])
     for name in names + ["runc", "crun"]:
