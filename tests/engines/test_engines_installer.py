@@ -178,6 +178,8 @@ def test_gpu_container_through_installed_runtime_on_simulated_node(tmp_path, doc
         rc = inst.stop()
     assert rc == 0, inst.output()
     assert cfg.read_text() == ORIGINAL
+    assert (root / "nvidia-container-runtime").exists()  # dockerd still defaults to it (see above)
+    assert nct("install", "--toolkit-root", str(root), "--uninstall").returncode == 0
     assert not root.exists()
 
 
