@@ -200,3 +200,28 @@ def test_engine_config_nested_too_deeply_is_one_clear_error(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1] == f"nct: {tmp_path}/daemon.json: JSON nested too deeply (not a daemon.json)"
     assert sorted(os.listdir(tmp_path)) == ["daemon.json"]
+
+
+def test_a_planted_state_file_cannot_make_the_undo_write_or_remove_host_files(tmp_path):
+    """The state beside the engine config (what the undo restores) is a host file too: the
+    paths it lists outside the engine config's dir are ignored."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/daemon.json").write_text(DAEMON_JSON)
+    v = victims(tmp_path)
+    r = install(tmp_path, "--config", str(tmp_path / "etc/daemon.json"))
+    assert r.returncode == 0, r.stderr
+    state_file = tmp_path / "etc/daemon.json.nct-state.json"
+    state = json.loads(state_file.read_text())
+    planted = tmp_path / "host/etc/cron.d/job"
+    planted.parent.mkdir()
+    state["files"][str(planted)] = {"original": "* * * * * root sh /tmp/x\n", "written": None, "backup": None}
+    state["files"][str(v["file"])] = {"original": "root::0:0::/:/bin/sh\n",
+                                      "written": __import__("hashlib").sha256(b"host file shadow\n").hexdigest(),
+                                      "backup": str(v["config"])}
+    state["dirs"].append(str(tmp_path / "host/etc/cron.d"))
+    state_file.write_text(json.dumps(state))
+    r = uninstall(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert intact(v) and not planted.exists() and planted.parent.is_dir()
+    assert (tmp_path / "etc/daemon.json").read_text() == DAEMON_JSON
+    assert sorted(os.listdir(tmp_path / "etc")) == ["daemon.json"]
