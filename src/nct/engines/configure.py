@@ -107,16 +107,35 @@ def plan_unconfigure(req: EngineRequest) -> Plan:
                 plan.files[path] = module.remove(req, path, text, {})
         return plan
     changes = state.get("changes", {})
-    for path, entry in state.get("files", {}).items():
+    file_dirs, dirs = _state_bounds(req)
+    for path, entry in (state.get("files") or {}).items():
+        if not isinstance(path, str) or not isinstance(entry, dict) or os.path.dirname(path) not in file_dirs:
+            continue  # a state file is a host file: it may name only the engine's own config dirs
         current = read_text(path)
         if digest(current) == entry.get("written"):
-            plan.files[path] = entry.get("original")
-            if entry.get("backup"):
-                plan.drop_backups.append(entry["backup"])
+            original = entry.get("original")
+            plan.files[path] = original if isinstance(original, str) else None
+            if entry.get("backup") == path + ".bak":
+                plan.drop_backups.append(path + ".bak")
         else:
             plan.files[path] = module.remove(req, path, current, changes)
-    plan.drop_dirs = list(reversed(state.get("dirs", [])))
+    plan.drop_dirs = [d for d in reversed(state.get("dirs") or []) if isinstance(d, str) and d in dirs]
     return plan
+
+
+def _state_bounds(req: EngineRequest) -> tuple[set[str], set[str]]:
+    """What an unconfigure may touch: files in the config's and the drop-in's dirs, and those
+    dirs and their parents (the dirs a configure made); whatever else a state file lists is
+    ignored, so a planted state cannot make the undo write or remove other host files."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    for path in filter(None, (req.config, req.drop_in)):
+        d = os.path.dirname(os.path.abspath(path))
+        files.add(d)
+        while d not in dirs and d != os.path.dirname(d):
+            dirs.add(d)
+            d = os.path.dirname(d)
+    return files, dirs
 
 
 def apply(plan: Plan) -> list[str]:
@@ -149,8 +168,8 @@ def apply(plan: Plan) -> list[str]:
             before = read_text(path)
             entry = state["files"][path] = {"original": before, "backup": None}
             bak = path + ".bak"
-            if path == req.config and before is not None and not os.path.exists(bak):
-                atomic_write(bak, before, os.stat(path).st_mode & 0o7777)
+            if path == req.config and before is not None and (os.path.islink(bak) or not os.path.exists(bak)):
+                atomic_write(bak, before, os.stat(path).st_mode & 0o7777, follow=False)
                 entry["backup"] = bak
         entry["written"] = digest(text)
     state["changes"] = merge_changes(state.get("changes", {}), plan.changes)
