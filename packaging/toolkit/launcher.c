@@ -177,7 +177,7 @@ static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_
 
 #define CACHE_MAX 16384
 #define MAX_FIELDS 64
-static char cache[CACHE_MAX + 1], keybuf[256], cand[PATH_MAX + 256], found[PATH_MAX + 256];
+static char cache[CACHE_MAX + 1], confbuf[CACHE_MAX + 1], keybuf[256], cand[PATH_MAX + 256], found[PATH_MAX + 256];
 static const char *field[MAX_FIELDS];
 
 /* Decimal text of v appended at p; returns the new end. */
@@ -391,6 +391,29 @@ static const char *find_runtime(const char **names, int count, const char *path,
     return 0;
 }
 
+/* Whether config.toml at path is still what the cache recorded: absent ("-"), or readable
+ * by us (as Python's open) with the recorded identity and exactly the recorded bytes.  The
+ * identity alone is not enough: timestamps are only as fine as the filesystem keeps them
+ * (1 s on ext4 with 128-byte inodes), so a same-size rewrite in the same tick keeps it. */
+static int same_config(const char *path, const char *key, const char *content)
+{
+    long fd = sys3(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return fd == -ENOENT && seq(key, "-");
+    struct kstat st;
+    long got = 0, r = 0, want = (long)slen(content);
+    int ok = sys3(SYS_fstat, fd, (long)&st, 0) == 0 && seq(stat_key(&st), key) && st.size == want;
+    while (ok && got <= want && (r = sys3(SYS_read, fd, (long)confbuf + got, CACHE_MAX + 1 - got)) > 0)
+        got += r;
+    sys3(SYS_close, fd, 0, 0);
+    if (!ok || r != 0 || got != want)
+        return 0;
+    for (long i = 0; i < want; i++)
+        if (confbuf[i] != content[i])
+            return 0;
+    return 1;
+}
+
 /* Every ignored signal back to default and an empty mask, as nct.sigreset does before exec
  * (32 and 33 are glibc's own, which Python cannot touch: left as they are). */
 static void default_signals(void)
@@ -435,22 +458,23 @@ static void fast_passthrough(const char *dir, long argc, char **argv, char **env
     if (n <= 0 || cache[n - 1] != '\0')
         return;
     /* NUL-separated fields: magic, toolkit key, NVIDIA_CTK_CONFIG_FILE_PATH, XDG_CONFIG_HOME,
-     * config path, config key ("-": absent), debug file, runtime count, runtimes..., "end" */
+     * config path, config key ("-": absent), config content, debug file, runtime count,
+     * runtimes..., "end" */
     int nf = 0;
     for (long i = 0; i < n && nf < MAX_FIELDS; i++) {
         field[nf++] = cache + i;
         while (cache[i])
             i++;
     }
-    if (nf < 9 || !seq(field[0], "nct-passthrough 1"))
+    if (nf < 10 || !seq(field[0], "nct-passthrough 2"))
         return;
     int count = 0;
-    for (const char *p = field[7]; *p; p++) {
+    for (const char *p = field[8]; *p; p++) {
         if (*p < '0' || *p > '9' || count > 40)
             return;
         count = count * 10 + (*p - '0');
     }
-    if (count < 1 || nf != 9 + count || !seq(field[8 + count], "end"))
+    if (count < 1 || nf != 10 + count || !seq(field[9 + count], "end"))
         return;
     /* the same toolkit (python/ replaced on upgrade: a new marker inode) */
     if (!cat3(cand, sizeof cand, dir, "/python/NCT-TOOLKIT", "") || sys3(SYS_stat, (long)cand, (long)&st, 0) != 0 ||
@@ -463,12 +487,11 @@ static void fast_passthrough(const char *dir, long argc, char **argv, char **env
     const char *path = getenv_once(env, "PATH=", &dup);
     if (dup || !seq(explicit ? explicit : "", field[2]) || !seq(xdg ? xdg : "", field[3]))
         return;
-    long err = sys3(SYS_stat, (long)field[4], (long)&st, 0);
-    if (err == 0 ? !seq(stat_key(&st), field[5]) : (err != -ENOENT || !seq(field[5], "-")))
+    if (!same_config(field[4], field[5], field[6]))
         return;
-    if (!touch_log(field[6]) || !touch_log(logfile))
+    if (!touch_log(field[7]) || !touch_log(logfile))
         return;
-    const char *runtime = find_runtime(field + 8, count, path, argv[0]);
+    const char *runtime = find_runtime(field + 9, count, path, argv[0]);
     if (!runtime)
         return;
     char *args[argc + 1];

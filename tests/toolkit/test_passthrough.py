@@ -307,7 +307,7 @@ def test_falls_back_on_an_untrusted_or_broken_cache(tree):
     tree.cache.symlink_to(elsewhere)
     assert tree.fast(STATE) is None
     tree.cache.unlink()
-    for bad in (good[:-1], good.replace(b"\x002\x00", b"\x003\x00"), good.replace(b"nct-passthrough 1", b"nct-passthrough 9"),
+    for bad in (good[:-1], good.replace(b"\x002\x00", b"\x003\x00"), good.replace(b"nct-passthrough 2", b"nct-passthrough 9"),
                 good.replace(b"\x00end\x00", b"\x00xyz\x00")):
         tree.cache.write_bytes(bad)
         assert tree.fast(STATE) is None, bad
@@ -391,3 +391,83 @@ def test_real_runc_container_through_the_fast_path(tree, tmp_path):
             assert r.returncode != 0 and "does not exist" in r.stderr
     finally:
         subprocess.run([runc, "--root", root, "delete", "--force", cid], capture_output=True)
+
+
+@pytest.fixture
+def coarse_fs(tmp_path):
+    """A filesystem whose timestamps have 1 s granularity (ext4 with 128-byte inodes, as on
+    NFS or a kernel without fine-grained timestamps): a same-size rewrite within the second
+    keeps device, inode, size, mtime and ctime."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("losetup"):
+        pytest.skip("needs root, mkfs.ext4 and loop devices")
+    img, mnt = tmp_path / "coarse.img", tmp_path / "coarse"
+    mnt.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", str(img)], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot loop-mount: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_same_size_rewrite_within_the_timestamp_tick_falls_back(tree, coarse_fs):
+    """config.toml rewritten in place, same size, in the same second as the cached read:
+    its stat key is unchanged, but the launcher compares the bytes and goes to Python,
+    which runs what the new config names (never the stale runtime)."""
+    for name in ("rt-old", "rt-new"):
+        shutil.copy2(tree.bin / "runc", tree.bin / name)
+    config = coarse_fs / "nvidia-container-runtime/config.toml"
+    config.parent.mkdir()
+    env = tree.env(XDG_CONFIG_HOME=str(coarse_fs))
+    old, new = ('[nvidia-container-runtime]\nruntimes = ["%s"]\n' % n for n in ("rt-old", "rt-new"))
+    for _ in range(20):  # until the rewrite lands in the same second as the cached read
+        config.write_text(old)
+        prime(tree, env=env)
+        before = os.stat(config)
+        with open(config, "r+") as f:
+            f.write(new)
+        after = os.stat(config)
+        if (before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns) == \
+                (after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns):
+            break
+    else:
+        pytest.skip("could not rewrite within one timestamp tick")
+    assert tree.fast(STATE, env) is None
+    r, rec = tree.run(STATE, env)
+    assert rec is not None and f"arg {tree.bin}/rt-new\n" in rec, r.stderr
+
+
+def test_paths_are_the_bytes_python_uses_in_a_non_utf8_locale(tree):
+    """Under an ISO-8859-1 locale Python's system calls spell `ü` as one byte (0xfc), not
+    UTF-8's two: the fast path must exec the same file Python does."""
+    if not shutil.which("localedef"):
+        pytest.skip("needs localedef (locales)")
+    locales = tree.tmp / "locales"
+    locales.mkdir()
+    r = subprocess.run(["localedef", "-i", "en_US", "-f", "ISO-8859-1", str(locales / "en_US.ISO-8859-1")],
+                       capture_output=True, text=True)
+    if r.returncode not in (0, 1) or not (locales / "en_US.ISO-8859-1").exists():
+        pytest.skip(f"cannot build a latin-1 locale: {r.stderr.strip()}")
+    rt = os.fsencode(tree.bin) + b"/r\xc3\xbcnc"
+    latin1 = os.fsencode(tree.bin) + b"/r\xfcnc"
+    shutil.copy2(tree.bin / "runc", rt)
+    shutil.copy2(tree.bin / "runc", latin1)
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["r\u00fcnc"]\n', encoding="utf-8")
+    env = tree.env(LOCPATH=str(locales), LC_ALL="en_US.ISO-8859-1")
+
+    def probe(fast: bool):
+        tree.out.unlink(missing_ok=True)
+        with tree.no_python() if fast else contextlib.nullcontext():
+            r = subprocess.run([str(tree.root / "nvidia-container-runtime"), *STATE], env=env, capture_output=True,
+                               cwd=tree.tmp)
+        return r, (tree.out.read_bytes() if tree.out.exists() else None)
+
+    r, slow = probe(False)
+    assert slow is not None and b"arg " + latin1 + b"\n" in slow, r.stderr  # Python's spelling
+    assert tree.cache.is_file()
+    r, quick = probe(True)
+    assert quick == slow, r.stderr
