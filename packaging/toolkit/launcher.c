@@ -249,25 +249,29 @@ static const char *flag_key(const char *a, char *buf, size_t cap)
 
 /* Whether argv is a pass-through nct.runtime.main handles without writing anything: the
  * first positional (global flags with values skipped, as nct.runtime.argv.is_create does) is
- * a known non-creating subcommand, no token is `create`/`run`/`restore`, and no flag is
- * --version or --debug (those print or log).  Sets *logfile to the engine's --log value (the
- * last one, scanned as nct.runtime.argv.log_args does) or 0. */
+ * a known non-creating subcommand, no token is `create`/`run`/`restore`, and no token is
+ * a --version or --debug flag (those print or log), not even as another flag's value.
+ * Sets *logfile to the engine's --log value (the last one, scanned as
+ * nct.runtime.argv.log_args does) or 0. */
 static int plain_passthrough(long argc, char **argv, const char **logfile)
 {
     static const char *const valued[] = {"root", "log", "log-format", "log-level", "criu", "rootless",
                                          "cgroup-manager", "b", "bundle", 0};
     char key[32];
     *logfile = 0;
-    for (long i = 1; i < argc; i++)
+    for (long i = 1; i < argc; i++) {
         if (seq(argv[i], "create") || seq(argv[i], "run") || seq(argv[i], "restore"))
             return 0;
+        /* anywhere, even as --log's value: nct.runtime.argv.has_version_flag prints the
+         * version for `--log --version state`, where log_args reads a file name */
+        if (argv[i][0] == '-' && (seq(flag_key(argv[i], key, sizeof key), "version") || seq(key, "debug")))
+            return 0;
+    }
     for (long i = 1; i < argc;) {
         const char *a = argv[i++];
         if (a[0] != '-')
             continue;
         flag_key(a, key, sizeof key);
-        if (seq(key, "version") || seq(key, "debug"))
-            return 0;
         if (seq(key, "log") || seq(key, "log-format")) {
             const char *eq = a;
             while (*eq && *eq != '=')

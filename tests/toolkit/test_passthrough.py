@@ -471,3 +471,45 @@ def test_paths_are_the_bytes_python_uses_in_a_non_utf8_locale(tree):
     assert tree.cache.is_file()
     r, quick = probe(True)
     assert quick == slow, r.stderr
+
+
+# Tokens for the argv fuzz: subcommands, global flags with and without values (every dash
+# count, `=` forms), separators, ids named like subcommands, long and odd (non-UTF-8) ones.
+FUZZ_TOKENS = [
+    "state", "start", "kill", "delete", "exec", "ps", "pause", "resume", "events", "update", "list",
+    "features", "create", "run", "restore", "spec", "checkpoint", "help", "init", "mounts", "version",
+    "--root", "-root", "--root=r", "--log", "-log", "---log", "--log=l.log", "--log=", "--log-format", "--log-format=json",
+    "--log-level", "--log-level=debug", "--criu", "--rootless", "--rootless=true", "--cgroup-manager", "-b", "--b",
+    "--bundle", "-bundle", "--bundle=create", "-b=x", "--debug", "-debug", "--debug=false", "--version", "-version",
+    "--version=1", "--systemd-cgroup", "--unknown", "--force", "--", "-", "", "=", "-=x", "id", "l.log", "json",
+    "9", "KILL", "--" + "r" * 40, "--" + "log" * 12, "\udcff", "cr\udceate", "STATE", " state",
+]
+
+
+def test_argv_fuzz_fast_path_only_where_python_passes_through(tree):
+    """Many generated argv shapes: whenever the launcher execs the runtime itself, Python
+    (nct.runtime.argv) would also pass through quietly: not `create`, no --version (which
+    prints), no --debug (which logs)."""
+    import random
+
+    from nct.runtime import argv as av
+
+    prime(tree)
+    rng = random.Random(14)
+    cases = [["--log", "--version", "state", "id"], ["--log-format", "-version", "kill", "id"],
+             ["--root", "--debug", "state"], ["--bundle", "state", "create"], ["--", "state", "id"]]
+    cases += [[rng.choice(FUZZ_TOKENS) for _ in range(rng.randint(0, 7))] for _ in range(1500)]
+    wrong, fast_count = [], 0
+    with tree.no_python():
+        for args in cases:
+            tree.out.unlink(missing_ok=True)
+            subprocess.run([os.fsencode(tree.root / "nvidia-container-runtime"), *map(os.fsencode, args)],
+                           env=tree.env(), cwd=tree.tmp, capture_output=True)
+            if not tree.out.exists():
+                continue
+            fast_count += 1
+            la = av.log_args(args)
+            if av.is_create(args) or av.has_version_flag(args) or la.debug or la.version:
+                wrong.append(args)
+    assert not wrong, wrong[:10]
+    assert fast_count > 50  # the generator does reach the fast path
