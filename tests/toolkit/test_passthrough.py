@@ -513,3 +513,46 @@ def test_argv_fuzz_fast_path_only_where_python_passes_through(tree):
                 wrong.append(args)
     assert not wrong, wrong[:10]
     assert fast_count > 50  # the generator does reach the fast path
+
+
+def test_config_the_caller_cannot_read_falls_back(toolkit, tmp_path):
+    """A root-made cache, and a caller (not root) who cannot read config.toml: Python fails
+    to read it and says so; the launcher (which opens it as Python does) goes to Python and
+    never runs the runtime from settings the caller cannot read."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a cache written by root, then a call as nobody)")
+    top = Path(tempfile.mkdtemp(prefix="nct-pt-"))  # outside pytest's 0700 tree: nobody must enter it
+    try:
+        top.chmod(0o755)
+        root = top / "tk"
+        shutil.copytree(toolkit, root, symlinks=True)
+        t = Tree(root, top)
+        t.bin.mkdir()
+        (top / "probe.c").write_text(PROBE)
+        subprocess.run(["gcc", "-O1", "-o", str(t.bin / "runc"), str(top / "probe.c")], check=True)
+        t.config.parent.mkdir(parents=True)
+        t.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
+        os.chmod(t.config, 0o600)  # before the cache: its recorded key is this file's
+        prime(t)
+        out = top / "out"
+        out.mkdir(mode=0o777)
+        out.chmod(0o777)
+        t.out = out / "probe.out"
+        env = t.env(PROBE_OUT=str(t.out))
+
+        def as_nobody():
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+
+        with t.no_python():
+            r = subprocess.run([str(root / "nvidia-container-runtime"), *STATE], env=env, cwd=out,
+                               capture_output=True, text=True, preexec_fn=as_nobody)
+        assert not t.out.exists() and "cannot execute" in r.stderr, r.stderr
+        r = subprocess.run([str(root / "nvidia-container-runtime"), *STATE], env=env, cwd=out,
+                           capture_output=True, text=True, preexec_fn=as_nobody)
+        assert not t.out.exists() and r.returncode == 1 and "Permission denied" in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
