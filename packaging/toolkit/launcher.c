@@ -223,6 +223,31 @@ static const char *getenv_once(char **env, const char *name, int *dup)
     return v;
 }
 
+/* Whether Python would hand env to the runtime unchanged: nct.runtime.main.original_environ
+ * makes a dict of /proc/self/environ, so an entry without `=` or with an empty name is
+ * dropped and of two entries with one name only the last one's value is kept.  Any of these
+ * (or an environment too large to check quickly) sends the call to Python. */
+static int env_plain(char **env)
+{
+    size_t n = 0;
+    for (; env[n]; n++) {
+        const char *eq = env[n];
+        while (*eq && *eq != '=')
+            eq++;
+        if (!*eq || eq == env[n] || n >= 512)
+            return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            const char *a = env[i], *b = env[j];
+            while (*a == *b && *a != '=')
+                a++, b++;
+            if (*a == '=' && *b == '=')
+                return 0;
+        }
+    return 1;
+}
+
 static int subcommand_passes(const char *a)
 {
     static const char *const ok[] = {"state", "start", "kill", "delete", "exec", "ps", "pause", "resume",
@@ -440,7 +465,7 @@ static void default_signals(void)
 static void fast_passthrough(const char *dir, long argc, char **argv, char **env)
 {
     const char *logfile;
-    if (argc < 2 || !plain_passthrough(argc, argv, &logfile))
+    if (argc < 2 || !plain_passthrough(argc, argv, &logfile) || !env_plain(env))
         return;
     /* the cache: a regular file (not a symlink) owned by root or by us, writable by no one else */
     if (!cat3(cand, sizeof cand, dir, "/python/.passthrough-cache", ""))

@@ -258,6 +258,25 @@ def test_falls_back_on_duplicate_env_entries(tree):
     assert not tree.out.exists() and "cannot execute" in r.stderr
 
 
+@pytest.mark.parametrize("odd", [["FOO=1", "FOO=2"], ["JUNK"], ["=x"], [""]])
+def test_falls_back_on_env_python_would_rewrite(tree, odd):
+    """Python hands the runtime a dict of /proc/self/environ: a name given twice keeps only
+    its last value, an entry without `=` or with an empty name is dropped.  The launcher,
+    which would pass them on as they are, goes to Python instead."""
+    (tree.tmp / "rawexec.c").write_text(RAWEXEC.replace("execv(argv[i + 1], argv + i + 1)",
+                                                        "execve(argv[i + 1], argv + i + 1, argv + 1)"))
+    subprocess.run(["gcc", "-o", str(tree.tmp / "rawexec"), str(tree.tmp / "rawexec.c")], check=True)
+    cmd = [str(tree.tmp / "rawexec"), f"PROBE_OUT={tree.out}", f"PATH={tree.bin}:/usr/bin:/bin",
+           f"XDG_CONFIG_HOME={tree.xdg}", *odd, "--", str(tree.root / "nvidia-container-runtime"), *STATE]
+    subprocess.run(cmd, capture_output=True)  # Python (no cache yet), which writes it
+    slow = tree.out.read_text()
+    assert "env FOO=1\n" not in slow and "JUNK" not in slow and "env =x" not in slow and tree.cache.is_file()
+    with tree.no_python():
+        tree.out.unlink()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    assert not tree.out.exists() and "cannot execute" in r.stderr
+
+
 def test_falls_back_when_logging_is_asked_for(tree):
     """Debug logging is Python's: no cache is written, and a cache from before no longer
     matches the changed config."""
