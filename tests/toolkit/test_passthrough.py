@@ -575,3 +575,36 @@ def test_config_the_caller_cannot_read_falls_back(toolkit, tmp_path):
         assert not t.out.exists() and r.returncode == 1 and "Permission denied" in r.stderr, r.stderr
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_mutated_caches_never_crash_the_launcher(tree):
+    """Truncations, byte flips, extra or missing NULs, and counts at and past every limit
+    (fields, runtimes, digits): the launcher either takes the fast path or starts Python,
+    never dies of a signal (the parser's bounds in launcher.c)."""
+    import random
+
+    tree.config.write_text('[nvidia-container-runtime]\ndebug = "d.log"\nruntimes = ["nope", "runc"]\n')
+    prime(tree)
+    good = tree.cache.read_bytes()
+    rng = random.Random(14)
+    fields = good.split(b"\0")
+    count_at = fields.index(b"2")
+    bad = [good[:i] for i in range(0, len(good), 13)]
+    for _ in range(80):
+        b = bytearray(good)
+        b[rng.randrange(len(b))] = rng.choice(b"\0-09a:/")
+        bad.append(bytes(b))
+    for n in (0, 1, 3, 9, 40, 41, 54, 55, 56, 63, 64, 65, 409, 410, 999, 2**31, 2**64, 10**30):
+        f = list(fields)
+        f[count_at] = str(n).encode()
+        bad.append(b"\0".join(f))
+        bad.append(b"\0".join(f[:count_at + 1] + [b"runc"] * min(n, 100) + [b"end", b""]))
+    bad += [b"\0" * 100, b"\0" * 16384, good + b"x" * (16384 - len(good)), good * 200]
+    with tree.no_python():
+        for data in bad:
+            tree.cache.write_bytes(data)
+            tree.out.unlink(missing_ok=True)
+            r = subprocess.run([str(tree.root / "nvidia-container-runtime"), *STATE], env=tree.env(), cwd=tree.tmp,
+                               capture_output=True, text=True)
+            assert r.returncode == 0 if tree.out.exists() else (r.returncode == 127 and "cannot execute" in r.stderr), \
+                (r.returncode, r.stderr, data[:200])
