@@ -534,6 +534,17 @@ def test_argv_fuzz_fast_path_only_where_python_passes_through(tree):
     assert fast_count > 50  # the generator does reach the fast path
 
 
+def test_cache_of_a_private_config_is_private(tree):
+    """The cache holds config.toml's bytes: 0600 when config.toml is not readable by others
+    (still used by root), 0644 when it is."""
+    tree.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
+    for config_mode, cache_mode in ((0o600, 0o600), (0o640, 0o600), (0o644, 0o644)):
+        os.chmod(tree.config, config_mode)
+        prime(tree)
+        assert tree.cache.stat().st_mode & 0o777 == cache_mode, oct(config_mode)
+        assert tree.fast(STATE) is not None
+
+
 def test_config_the_caller_cannot_read_falls_back(toolkit, tmp_path):
     """A root-made cache, and a caller (not root) who cannot read config.toml: Python fails
     to read it and says so; the launcher (which opens it as Python does) goes to Python and

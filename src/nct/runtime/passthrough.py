@@ -28,7 +28,8 @@ runtime up itself ($PATH as it is now, the shim excluded), so only config.toml's
 cached, never a lookup result. It is written only when the pass-through logged nothing (level
 info or quieter, no --debug, no warnings), so the launcher writes nothing either, apart from
 creating the log files Python would have opened. Trust: the file sits in the toolkit's own
-python/ (whoever can write there can replace the interpreter); the launcher also refuses it
+python/ (whoever can write there can replace the interpreter), mode 0644, or 0600 when
+config.toml is not readable by others (the cache holds its bytes); the launcher refuses it
 unless it is a regular file, not a symlink, owned by root or the caller, not group/other
 writable. Imports only os and sys (hot path).
 """
@@ -93,6 +94,14 @@ def remember(settings, log, log_args) -> None:
     data = encode(toolkit_key, os.environ, settings)
     if data is None:
         return
+    # it holds config.toml's bytes: readable by others only when config.toml is
+    mode = 0o644
+    if settings.exists:
+        try:
+            if not os.stat(settings.path).st_mode & 0o004:
+                mode = 0o600
+        except OSError:
+            return
     path = os.path.join(prefix, NAME)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -105,9 +114,9 @@ def remember(settings, log, log_args) -> None:
         pass
     tmp = "%s.%d" % (path, os.getpid())
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         try:
-            os.fchmod(fd, 0o644)
+            os.fchmod(fd, mode)
             os.write(fd, data)
         finally:
             os.close(fd)
