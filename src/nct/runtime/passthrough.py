@@ -84,8 +84,8 @@ def encode(toolkit_key: str, environ, settings) -> bytes | None:
 def remember(settings, log, log_args) -> None:
     """After a pass-through that logged nothing: leave the settings for the launcher.
     Silent on every failure (a read-only toolkit just keeps starting Python)."""
-    if log_args.debug or log_args.version or log.warnings or log.level not in _QUIET:
-        return
+    if log_args.debug or log_args.version or log.warnings or log.lines or log.level not in _QUIET:
+        return  # the launcher writes no log records: only a call whose Python wrote none
     prefix = sys.prefix
     try:
         toolkit_key = stat_key(os.stat(os.path.join(prefix, MARKER)))
