@@ -619,3 +619,43 @@ def test_mutated_caches_never_crash_the_launcher(tree):
                                capture_output=True, text=True)
             assert r.returncode == 0 if tree.out.exists() else (r.returncode == 127 and "cannot execute" in r.stderr), \
                 (r.returncode, r.stderr, data[:200])
+
+
+def test_path_fuzz_lookup_matches_python(tree):
+    """Generated $PATH values (empty, relative, `.`, doubled and trailing slashes, a `runc`
+    that is a directory, not executable, a symlink, or the shim itself) and runtimes lists:
+    the fast path execs the file Python's nct.runtime.lookup picks, under the same name, or
+    goes to Python."""
+    import random
+
+    d = {name: tree.tmp / name for name in ("a", "b", "c", "e", "s")}
+    for p in d.values():
+        p.mkdir()
+    shutil.copy2(tree.bin / "runc", d["a"] / "runc")
+    shutil.copy2(tree.bin / "runc", d["a"] / "crun")
+    (d["b"] / "runc").mkdir()  # a directory named runc
+    shutil.copy2(tree.bin / "runc", d["c"] / "runc")
+    os.chmod(d["c"] / "runc", 0o644)  # no exec bit
+    (d["e"] / "runc").symlink_to(tree.bin / "runc")
+    os.link(tree.root / "nvidia-container-runtime", d["s"] / "runc")  # the shim itself
+    entries = ["", ".", "a", "a/", str(d["a"]), str(d["a"]) + "/", str(d["a"]).replace("/", "//"), str(d["b"]),
+               str(d["c"]), str(d["e"]), str(d["s"]), str(tree.bin), str(tree.tmp / "missing"), "/nonexistent"]
+    runtimes = ['["runc"]', '["crun", "runc"]', '["nope", "runc"]', f'["{d["c"]}/runc", "runc"]',
+                f'["{d["e"]}/runc"]', f'["{d["s"]}/runc", "crun"]']
+    rng = random.Random(14)
+    taken = 0
+    for _ in range(60):
+        path = ":".join(rng.choice(entries) for _ in range(rng.randint(1, 5)))
+        tree.config.write_text(f"[nvidia-container-runtime]\nruntimes = {rng.choice(runtimes)}\n")
+        env = tree.env(PATH=path)
+        tree.cache.unlink(missing_ok=True)
+        slow_r, slow = tree.run(STATE, env)  # Python, which writes the cache
+        with tree.no_python():
+            fast_r, fast = tree.run(STATE, env)
+        if "cannot execute" in fast_r.stderr:  # went to Python: only where Python found no runtime either
+            assert "no low-level runtime found" in slow_r.stderr, (path, slow_r.stderr)
+        else:  # the probe, or a real runc/crun from the fallback directories
+            assert (fast_r.returncode, fast_r.stdout, fast_r.stderr, fast) == \
+                (slow_r.returncode, slow_r.stdout, slow_r.stderr, slow), path
+            taken += 1
+    assert taken > 20
