@@ -169,8 +169,7 @@ static const struct entry entries[] = {
     {"nvidia-toolkit", RUN("nct.cli.installer", "main")},
 };
 
-static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_MAX + 40],
-    newpath[2 * PATH_MAX + 64];
+static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_MAX + 40];
 
 
 /* ---- pass-through fast path ------------------------------------------------------------ */
@@ -562,13 +561,14 @@ __attribute__((used, force_align_arg_pointer)) void launcher_main(long *sp)
         envc++;
     char *env[envc + 3];
     size_t k = 0;
+    const char *path = "/usr/sbin:/usr/bin:/sbin:/bin";
+    for (size_t i = 0; i < envc; i++)
+        if (prefix(envp[i], "PATH="))
+            path = envp[i] + 5;
+    char newpath[slen(exe) + slen(path) + 8]; /* PATH=<exe>:<path>: any length the kernel took */
     long fd = sys3(SYS_open, (long)conf, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd >= 0) {
         sys3(SYS_close, fd, 0, 0);
-        const char *path = "/usr/sbin:/usr/bin:/sbin:/bin";
-        for (size_t i = 0; i < envc; i++)
-            if (prefix(envp[i], "PATH="))
-                path = envp[i] + 5;
         if (!cat3(xdg, sizeof xdg, "XDG_CONFIG_HOME=", conf, "") ||
             !cat3(newpath, sizeof newpath, "PATH=", exe, ":") ||
             !cat3(newpath + slen(newpath), sizeof newpath - slen(newpath), path, "", ""))
