@@ -506,9 +506,10 @@ FUZZ_TOKENS = [
 
 
 def test_argv_fuzz_fast_path_only_where_python_passes_through(tree):
-    """Many generated argv shapes: whenever the launcher execs the runtime itself, Python
+    """Every short argv shape and many longer generated ones: whenever the launcher execs the runtime itself, Python
     (nct.runtime.argv) would also pass through quietly: not `create`, no --version (which
     prints), no --debug (which logs)."""
+    import itertools
     import random
 
     from nct.runtime import argv as av
@@ -517,7 +518,12 @@ def test_argv_fuzz_fast_path_only_where_python_passes_through(tree):
     rng = random.Random(14)
     cases = [["--log", "--version", "state", "id"], ["--log-format", "-version", "kill", "id"],
              ["--root", "--debug", "state"], ["--bundle", "state", "create"], ["--", "state", "id"]]
-    cases += [[rng.choice(FUZZ_TOKENS) for _ in range(rng.randint(0, 7))] for _ in range(1500)]
+    # every shape of up to three tokens from a small alphabet (valued flags before
+    # subcommands, `create` after them), then longer random ones from the whole list
+    small = ["-b", "--bundle", "--root", "--log", "--log-format", "--log-level=x", "--systemd-cgroup", "--debug",
+             "--version", "--", "state", "create", "spec", "id"]
+    cases += [list(c) for n in (1, 2, 3) for c in itertools.product(small, repeat=n)]
+    cases += [[rng.choice(FUZZ_TOKENS) for _ in range(rng.randint(0, 7))] for _ in range(800)]
     wrong, fast_count = [], 0
     with tree.no_python():
         for args in cases:
