@@ -334,6 +334,16 @@ def test_falls_back_on_an_untrusted_or_broken_cache(tree):
     assert tree.fast(STATE) is not None
 
 
+def test_python_repairs_a_cache_the_launcher_refuses(tree):
+    """Same content, but group-writable: the launcher refuses it, so the next Python
+    pass-through writes it again as it should be (else the fast path would stay off)."""
+    prime(tree)
+    tree.cache.chmod(0o664)
+    assert tree.fast(STATE) is None
+    prime(tree)
+    assert tree.cache.stat().st_mode & 0o777 == 0o644 and tree.fast(STATE) is not None
+
+
 def test_falls_back_after_the_toolkit_is_replaced(tree):
     """An upgrade replaces python/ (a new NCT-TOOLKIT inode): a cache from the old install
     is not trusted."""
