@@ -284,6 +284,10 @@ def installer_command(**given: Any) -> None:
     except NctError as e:
         click.echo(f"nct: {e}", err=True)
         sys.exit(1)
+    except OSError as e:  # a host file in a state no check foresaw: still one line (setup was undone)
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"nct: {where}{e.strerror or e}; fix or remove it and run again", err=True)
+        sys.exit(1)
 
 
 def _run(opts) -> None:

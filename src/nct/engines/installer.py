@@ -213,10 +213,12 @@ class Installation(Record, frozen=False):
             raise EngineConfigError(f"{path}: no nct installation found there")
         try:
             data = json.loads(text)
+            if isinstance(data, dict) and "cdi_spec" in data:
+                data = _from_first_format(data)
             opts = InstallOptions(**data["options"])
             inst = cls(opts, Installed(**data["installed"]), data["engine_configured"], data.get("hook_file"),
                        list(data.get("cdi_specs") or []))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise EngineConfigError(f"{path}: corrupt install manifest") from None
         # what it removes is bounded by the dir it was found in, whatever the file says: the
         # toolkit dir asked for, CDI specs and the hook by their file type (CDI and CRI-O read
@@ -226,6 +228,30 @@ class Installation(Record, frozen=False):
         if not (isinstance(inst.hook_file, str) and inst.hook_file.endswith(".json")):
             inst.hook_file = None
         return inst
+
+
+def _from_first_format(data: dict) -> dict:
+    """A manifest written by the first `nct install` (before the upstream-compatible
+    installer): its options named differently, one `cdi_spec`, restart mode `auto`.  Mapped
+    onto today's fields; the same bounds apply afterwards (Installation.load)."""
+    old = data["options"]
+    engine = old.get("engine", "docker")
+    d = ENGINE_DEFAULTS[engine]
+    drop_in = old.get("drop_in")
+    mode = old.get("restart_mode") or "auto"
+    if mode == "auto":  # it signalled through the socket or pid file, or used systemd
+        mode = d.restart_mode
+    options = {
+        "toolkit_dir": old["toolkit_root"], "runtime": engine, "driver_root": old.get("driver_root") or "/",
+        "driver_root_ctr_path": old.get("driver_root") or "/", "set_as_default": bool(old.get("set_as_default")),
+        "cdi_enabled": bool(old.get("cdi")), "cdi_output_dir": old.get("cdi_output_dir") or "/var/run/cdi",
+        "config": old.get("config") or d.config, "drop_in": d.drop_in if drop_in is None else drop_in,
+        "socket": old.get("socket") or d.socket, "restart_mode": mode, "host_root": "/",
+        "runtime_name": old.get("runtime_name") or "nvidia", "config_sources": list(d.config_sources),
+    }
+    spec = data.get("cdi_spec")
+    return {"options": options, "installed": data["installed"], "engine_configured": data["engine_configured"],
+            "hook_file": None, "cdi_specs": [spec] if spec else []}
 
 
 # --- the pid file -------------------------------------------------------------------------
