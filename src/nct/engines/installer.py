@@ -149,16 +149,19 @@ def validate(opts: InstallOptions) -> list[str]:
 
     warnings = []
     if opts.runtime not in ENGINE_DEFAULTS:
-        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
+        raise EngineConfigError(f"--runtime: unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
     if not opts.toolkit_dir or not os.path.isabs(opts.toolkit_dir):
         raise EngineConfigError(f"toolkit install dir {opts.toolkit_dir!r}: must be an absolute path "
                                 "(--toolkit-install-dir, TOOLKIT_INSTALL_DIR, ROOT)")
     if os.path.basename(opts.pid_file) != PID_FILE_NAME:
-        raise EngineConfigError(f"invalid toolkit.pid path {opts.pid_file}: the file must be named {PID_FILE_NAME}")
+        raise EngineConfigError(f"--pid-file: invalid toolkit.pid path {opts.pid_file}: "
+                                f"the file must be named {PID_FILE_NAME}")
+    if not opts.runtime_name:
+        raise EngineConfigError("--runtime-name must not be empty (the runtime's name in the engine, e.g. nvidia)")
     if opts.restart_mode not in RESTART_MODES:
-        raise EngineConfigError(f"invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
+        raise EngineConfigError(f"--restart-mode: invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
     if opts.crio_config_mode not in ("config", "hook"):
-        raise EngineConfigError(f"invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
+        raise EngineConfigError(f"--config-mode: invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
     for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"), (opts.host_root, "--host-root"),
                     (opts.drop_in_host_path, "--drop-in-config-host-path"), (opts.crio_hooks_dir, "--hooks-dir")):
         if p and not os.path.isabs(p):
