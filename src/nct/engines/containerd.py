@@ -243,7 +243,9 @@ def _legacy_default_is_ours(table: Any, req: EngineRequest, changes: dict) -> bo
         return False
     if "default_runtime" in changes:
         return True
-    options = table.get("options") if isinstance(table.get("options"), dict) else {}
+    options = table.get("options")
+    if not isinstance(options, dict):
+        return False
     binary = options.get("BinaryName") or options.get("Runtime")
     return bool(binary) and binary in {r.path for r in req.runtimes}
 
