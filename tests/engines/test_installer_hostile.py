@@ -225,3 +225,65 @@ def test_a_planted_state_file_cannot_make_the_undo_write_or_remove_host_files(tm
     assert intact(v) and not planted.exists() and planted.parent.is_dir()
     assert (tmp_path / "etc/daemon.json").read_text() == DAEMON_JSON
     assert sorted(os.listdir(tmp_path / "etc")) == ["daemon.json"]
+
+
+def _first_format(manifest: dict, **override) -> dict:
+    """The manifest as the first `nct install` wrote it (git d7ebf2e, Installation.save)."""
+    opts = manifest["options"]
+    old = {"options": {"toolkit_root": opts["toolkit_dir"], "engine": opts["runtime"], "driver_root": "/",
+                       "set_as_default": opts["set_as_default"], "cdi": False, "cdi_output_dir": "/var/run/cdi",
+                       "config": opts["config"], "drop_in": None, "pid_file": None, "socket": None,
+                       "restart_mode": "none", "toolkit_pid_file": "/run/nvidia/toolkit.pid",
+                       "runtime_name": opts["runtime_name"], "python": None, "toolkit": None},
+           "installed": manifest["installed"], "engine_configured": manifest["engine_configured"], "cdi_spec": None}
+    old["options"].update(override.pop("options", {}))
+    old.update(override)
+    return old
+
+
+def test_uninstall_reads_the_first_releases_manifest(tmp_path):
+    """Upgrade path: a toolkit dir left by the previous nct release is removed by
+    `--uninstall` (its manifest's format predates the upstream-compatible installer)."""
+    (tmp_path / "daemon.json").write_text(DAEMON_JSON)
+    r = install(tmp_path)
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / "toolkit/.nct-install.json"
+    path.write_text(json.dumps(_first_format(json.loads(path.read_text())), indent=2) + "\n")
+    r = uninstall(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "corrupt" not in r.stderr
+    assert not (tmp_path / "toolkit").exists()
+    assert (tmp_path / "daemon.json").read_text() == DAEMON_JSON
+
+
+def test_a_tampered_first_format_manifest_cannot_name_host_files(tmp_path):
+    (tmp_path / "daemon.json").write_text(DAEMON_JSON)
+    r = install(tmp_path)
+    assert r.returncode == 0, r.stderr
+    v = victims(tmp_path)
+    path = tmp_path / "toolkit/.nct-install.json"
+    old = _first_format(json.loads(path.read_text()), cdi_spec=str(v["file"]),
+                        options={"toolkit_root": str(tmp_path / "host")},
+                        installed={"files": [str(v["config"]), str(v["wrapper"])], "dirs": [str(tmp_path / "host")],
+                                   "trees": [str(tmp_path / "host/usr")]})
+    path.write_text(json.dumps(old))
+    r = uninstall(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert intact(v)
+
+
+def test_a_file_where_the_install_makes_a_dir_is_one_line(tmp_path):
+    """`.config` planted as a regular file in the toolkit dir: one line naming it and the fix,
+    non-zero exit, nothing written (found by review: it was a NotADirectoryError traceback)."""
+    (tmp_path / "daemon.json").write_text(DAEMON_JSON)
+    (tmp_path / "toolkit").mkdir()
+    (tmp_path / "toolkit/.config").write_text("planted\n")
+    r = install(tmp_path)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{tmp_path}/toolkit/.config: is not a directory" in lines[0], r.stderr
+    assert "remove it" in lines[0]
+    assert sorted(p.name for p in (tmp_path / "toolkit").iterdir()) == [".config"]
+    assert (tmp_path / "toolkit/.config").read_text() == "planted\n"
+    assert (tmp_path / "daemon.json").read_text() == DAEMON_JSON

@@ -25,13 +25,22 @@ class Installed(Record, frozen=False):
     trees: list[str] = field(default_factory=list)
 
     def mkdir(self, path: Path) -> None:
+        """Make `path` and its missing parents; a file (or anything but a dir) in the way is
+        one error line naming it."""
+        from nct.errors import EngineConfigError
+
         missing = []
         p = path
-        while not p.exists():
+        while not p.exists() and not p.is_symlink():
             missing.append(p)
             p = p.parent
+        if not p.is_dir():
+            raise EngineConfigError(f"{p}: is not a directory (the install makes {path} there); remove it")
         for d in reversed(missing):
-            d.mkdir(mode=0o755)
+            try:
+                d.mkdir(mode=0o755)
+            except OSError as e:
+                raise EngineConfigError(f"{d}: cannot create the directory: {e.strerror or e}") from None
             self.dirs.append(str(d))
 
     def add_file(self, path: Path) -> None:

@@ -149,16 +149,19 @@ def validate(opts: InstallOptions) -> list[str]:
 
     warnings = []
     if opts.runtime not in ENGINE_DEFAULTS:
-        raise EngineConfigError(f"unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
+        raise EngineConfigError(f"--runtime: unknown runtime {opts.runtime!r} (want docker, containerd or crio)")
     if not opts.toolkit_dir or not os.path.isabs(opts.toolkit_dir):
         raise EngineConfigError(f"toolkit install dir {opts.toolkit_dir!r}: must be an absolute path "
                                 "(--toolkit-install-dir, TOOLKIT_INSTALL_DIR, ROOT)")
     if os.path.basename(opts.pid_file) != PID_FILE_NAME:
-        raise EngineConfigError(f"invalid toolkit.pid path {opts.pid_file}: the file must be named {PID_FILE_NAME}")
+        raise EngineConfigError(f"--pid-file: invalid toolkit.pid path {opts.pid_file}: "
+                                f"the file must be named {PID_FILE_NAME}")
+    if not opts.runtime_name:
+        raise EngineConfigError("--runtime-name must not be empty (the runtime's name in the engine, e.g. nvidia)")
     if opts.restart_mode not in RESTART_MODES:
-        raise EngineConfigError(f"invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
+        raise EngineConfigError(f"--restart-mode: invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
     if opts.crio_config_mode not in ("config", "hook"):
-        raise EngineConfigError(f"invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
+        raise EngineConfigError(f"--config-mode: invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
     for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"), (opts.host_root, "--host-root"),
                     (opts.drop_in_host_path, "--drop-in-config-host-path"), (opts.crio_hooks_dir, "--hooks-dir")):
         if p and not os.path.isabs(p):
@@ -213,10 +216,12 @@ class Installation(Record, frozen=False):
             raise EngineConfigError(f"{path}: no nct installation found there")
         try:
             data = json.loads(text)
+            if isinstance(data, dict) and "cdi_spec" in data:
+                data = _from_first_format(data)
             opts = InstallOptions(**data["options"])
             inst = cls(opts, Installed(**data["installed"]), data["engine_configured"], data.get("hook_file"),
                        list(data.get("cdi_specs") or []))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise EngineConfigError(f"{path}: corrupt install manifest") from None
         # what it removes is bounded by the dir it was found in, whatever the file says: the
         # toolkit dir asked for, CDI specs and the hook by their file type (CDI and CRI-O read
@@ -226,6 +231,30 @@ class Installation(Record, frozen=False):
         if not (isinstance(inst.hook_file, str) and inst.hook_file.endswith(".json")):
             inst.hook_file = None
         return inst
+
+
+def _from_first_format(data: dict) -> dict:
+    """A manifest written by the first `nct install` (before the upstream-compatible
+    installer): its options named differently, one `cdi_spec`, restart mode `auto`.  Mapped
+    onto today's fields; the same bounds apply afterwards (Installation.load)."""
+    old = data["options"]
+    engine = old.get("engine", "docker")
+    d = ENGINE_DEFAULTS[engine]
+    drop_in = old.get("drop_in")
+    mode = old.get("restart_mode") or "auto"
+    if mode == "auto":  # it signalled through the socket or pid file, or used systemd
+        mode = d.restart_mode
+    options = {
+        "toolkit_dir": old["toolkit_root"], "runtime": engine, "driver_root": old.get("driver_root") or "/",
+        "driver_root_ctr_path": old.get("driver_root") or "/", "set_as_default": bool(old.get("set_as_default")),
+        "cdi_enabled": bool(old.get("cdi")), "cdi_output_dir": old.get("cdi_output_dir") or "/var/run/cdi",
+        "config": old.get("config") or d.config, "drop_in": d.drop_in if drop_in is None else drop_in,
+        "socket": old.get("socket") or d.socket, "restart_mode": mode, "host_root": "/",
+        "runtime_name": old.get("runtime_name") or "nvidia", "config_sources": list(d.config_sources),
+    }
+    spec = data.get("cdi_spec")
+    return {"options": options, "installed": data["installed"], "engine_configured": data["engine_configured"],
+            "hook_file": None, "cdi_specs": [spec] if spec else []}
 
 
 # --- the pid file -------------------------------------------------------------------------
