@@ -120,8 +120,11 @@ CASES = [
          options="SystemdCgroup = true\n"),
          "etc/containerd/conf.d/99-nvidia.toml": None}, {}),
     ("containerd-legacy-config", {"RUNTIME": "containerd", "CONTAINERD_USE_LEGACY_CONFIG": "true"}, {},
-     {"etc/containerd/config.toml": 'version = 1\n\n[plugins.cri.containerd]\n'
-      'default_runtime_name = "nvidia"\n' + _ctd_runtimes(version=1), "etc/containerd/conf.d/99-nvidia.toml": None},
+     {"etc/containerd/config.toml": 'version = 1\n' + _ctd_runtimes(version=1) +
+      '\n[plugins.cri.containerd.default_runtime]\nruntime_type = "io.containerd.runc.v2"\nruntime_root = ""\n'
+      'runtime_engine = ""\nprivileged_without_host_devices = false\n\n[plugins.cri.containerd.default_runtime.options]\n'
+      f'BinaryName = "{TK}/nvidia-container-runtime"\nRuntime = "{TK}/nvidia-container-runtime"\n',
+      "etc/containerd/conf.d/99-nvidia.toml": None},
      {}),
     ("crio-config-drop-in", {"RUNTIME": "crio", "RUNTIME_CONFIG": "{root}/etc/crio/crio.conf",
                              "RUNTIME_DROP_IN_CONFIG": "{root}/etc/crio/crio.conf.d/99-nvidia.toml"},

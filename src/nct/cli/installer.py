@@ -54,6 +54,12 @@ FLAGS: tuple[Flag, ...] = (
     _f("no_runtime_config", "--no-runtime-config", "NO_RUNTIME_CONFIG", "bool", False,
        help="Install the toolkit but leave the engine's configuration alone."),
     _f("debug", "--debug -d", "TOOLKIT_DEBUG", "bool", False, help="Log the resolved settings."),
+    # upstream's NRI plugin (main.go): accepted and checked as upstream, not implemented
+    _f("enable_nri_plugin", "--enable-nri-plugin -p", "ENABLE_NRI_PLUGIN", "bool", False,
+       help="Unsupported by nct (upstream: serve an NRI plugin injecting CDI devices); a warning."),
+    _f("nri_plugin_index", "--nri-plugin-index", "NRI_PLUGIN_INDEX", default="10", help="Unsupported (NRI)."),
+    _f("nri_socket", "--nri-socket", "NRI_SOCKET", default="/var/run/nri/nri.sock", help="Unsupported (NRI)."),
+    _f("nri_namespace", "--nri-namespace", "NRI_NAMESPACE", default="", help="Unsupported (NRI)."),
     # toolkit/toolkit.go
     _f("driver_root", "--driver-root --nvidia-driver-root", "NVIDIA_DRIVER_ROOT DRIVER_ROOT",
        default="/run/nvidia/driver", help="The driver's root on the host."),
@@ -129,7 +135,6 @@ FLAGS: tuple[Flag, ...] = (
     _f("python", "--python", "", default="", hidden=True),
     _f("uninstall", "--uninstall", "", "bool", False, hidden=True),
 )
-BY_DEST = {f.dest: f for f in FLAGS}
 TRUE = ("1", "t", "T", "true", "TRUE", "True")
 FALSE = ("0", "f", "F", "false", "FALSE", "False")
 
@@ -152,12 +157,13 @@ def _list(values: list[str] | tuple[str, ...]) -> list[str]:
 class Resolved(Record, frozen=False):
     values: dict
     was_set: set
+    env_of: dict  # dest -> the environment variable its value came from
 
 
 def resolve(given: dict[str, Any], environ: dict[str, str]) -> Resolved:
     """Flags over env vars over defaults.  `given` holds the raw command-line values (None
     or () when the flag was not given)."""
-    values, was_set = {}, set()
+    values, was_set, env_of = {}, set(), {}
     for flag in FLAGS:
         raw = given.get(flag.dest)
         if raw is not None and raw != ():
@@ -169,6 +175,7 @@ def resolve(given: dict[str, Any], environ: dict[str, str]) -> Resolved:
                 values[flag.dest] = list(flag.default) if isinstance(flag.default, list) else flag.default
                 continue
             where, value = f"environment variable {env}", environ[env]
+            env_of[flag.dest] = env
             if flag.kind == "list":
                 value = (value,)
         if flag.kind == "bool":
@@ -177,7 +184,40 @@ def resolve(given: dict[str, Any], environ: dict[str, str]) -> Resolved:
             value = _list(value)
         values[flag.dest] = value
         was_set.add(flag.dest)
-    return Resolved(values, was_set)
+    return Resolved(values, was_set, env_of)
+
+
+def nri_warnings(r: Resolved) -> list[str]:
+    """Upstream's checks of the NRI flags (an index in 0..99, a namespace with the plugin
+    on), then the warning that nct has no NRI plugin."""
+    from nct.errors import EngineConfigError
+
+    v = r.values
+    index = str(v["nri_plugin_index"]).strip()
+    if not index.isdigit() or int(index) > 99:
+        raise EngineConfigError(f"--nri-plugin-index {index!r}: must be in the range [0,99]")
+    if not v["enable_nri_plugin"]:
+        return []
+    if not v["nri_namespace"]:
+        raise EngineConfigError("the NRI namespace must be specified when the NRI plugin is enabled "
+                                "(--nri-namespace, NRI_NAMESPACE)")
+    return ["the NRI plugin (--enable-nri-plugin, ENABLE_NRI_PLUGIN) is not supported by nct; ignoring it: "
+            "use the runtime class or CDI to reach the GPUs"]
+
+
+def attribute(message: str, r: Resolved) -> str:
+    """An error naming a flag (or its config.toml key) whose value came from an environment
+    variable also names the variable: the GPU Operator sets env vars, not flags."""
+    import re
+
+    for flag in FLAGS:
+        env = r.env_of.get(flag.dest)
+        if not env or env in message:
+            continue
+        names = [n for n in flag.names if n.startswith("--")] + [n[2:] for n in flag.names if "." in n]
+        if any(re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", message) for n in names):
+            return f"{message} (set by environment variable {env})"
+    return message
 
 
 def build_options(r: Resolved):
@@ -266,15 +306,17 @@ def installer_command(**given: Any) -> None:
     from nct.engines import installer as eng
     from nct.errors import NctError
 
+    resolved = None
     try:
         resolved = resolve(given, dict(os.environ))
+        warnings = nri_warnings(resolved)
         opts = build_options(resolved)
         if resolved.values["uninstall"]:
             inst = eng.Installation.load(opts.toolkit_dir)
             eng.uninstall(inst)
             _flush(inst)
             return
-        for warning in eng.validate(opts):
+        for warning in warnings + eng.validate(opts):
             _say(f"warning: {warning}")
         if resolved.values["debug"]:
             from nct.record import asdict
@@ -283,7 +325,11 @@ def installer_command(**given: Any) -> None:
                 _say(f"debug: {key} = {value!r}")
         _run(opts)
     except NctError as e:
-        click.echo(f"nct: {e}", err=True)
+        click.echo(f"nct: {attribute(str(e), resolved) if resolved else e}", err=True)
+        sys.exit(1)
+    except OSError as e:  # a host file in a state no check foresaw: still one line (setup was undone)
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"nct: {where}{e.strerror or e}; fix or remove it and run again", err=True)
         sys.exit(1)
 
 

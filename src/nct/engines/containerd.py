@@ -116,7 +116,9 @@ def _apply(doc: Any, version: int, source: Any, req: EngineRequest, where: str, 
             changes["runtimes"][rt.name] = current
             te.put_table(runtimes, rt.name, data, like=like)
     current_default = te.plain(te.get(doc, p["default"], where))
-    if req.set_as_default:
+    if req.set_as_default and version == 1 and req.legacy_config:
+        _set_legacy_default(doc, req, where, changes)
+    elif req.set_as_default:
         if current_default != req.default_name:
             changes["default"] = previous(current_default)
             te.set_key(te.ensure_table(doc, p["containerd"], where), "default_runtime_name", req.default_name)
@@ -129,6 +131,27 @@ def _apply(doc: Any, version: int, source: Any, req: EngineRequest, where: str, 
             changes["cdi"] = previous(current)
             te.set_key(te.ensure_table(doc, p["cdi"][:-1], where), "enable_cdi", True)
     return changes
+
+
+def _set_legacy_default(doc: Any, req: EngineRequest, where: str, changes: dict) -> None:
+    """--use-legacy-config on a version 1 config: the default is the pre-1.3
+    `containerd.default_runtime` table (runtime_type from --runtime-type when the table is
+    new) running our binary, and default_runtime_name is left alone, as upstream."""
+    path = CRI[1] + ("containerd", "default_runtime")
+    current = te.plain(te.get(doc, path, where))
+    data = copy.deepcopy(current) if isinstance(current, dict) else {**copy.deepcopy(TEMPLATE),
+                                                                      "runtime_type": req.runtime_type}
+    options = data.get("options")
+    if not isinstance(options, dict):
+        options = data["options"] = {}
+    binary = req.runtimes[0].path
+    options["BinaryName"] = binary
+    options["Runtime"] = binary
+    if current != data:
+        changes["default_runtime"] = previous(current)
+        parent = te.ensure_table(doc, path[:-1], where)
+        runtimes = parent.get("runtimes")
+        te.put_table(parent, "default_runtime", data, like=runtimes)
 
 
 def configure(req: EngineRequest, main_text: str | None, source_text: str | None,
@@ -191,6 +214,15 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
     if te.plain(te.get(doc, p["default"], path)) in ours:
         touched = True
         _restore(doc, p["default"], changes.get("default"), path)
+    legacy = p["containerd"] + ("default_runtime",)
+    if version == 1 and _legacy_default_is_ours(te.plain(te.get(doc, legacy, path)), req, changes):
+        touched = True
+        prev = (changes.get("default_runtime") or {}).get("previous")
+        parent = te.get(doc, p["containerd"], path)
+        if isinstance(prev, dict):
+            te.put_table(parent, "default_runtime", prev)
+        else:
+            te.remove_table(parent, "default_runtime")
     if "cdi" in changes and te.get(doc, p["cdi"], path) is not None:
         touched = True
         _restore(doc, p["cdi"], changes["cdi"], path)
@@ -202,6 +234,20 @@ def remove(req: EngineRequest, path: str, text: str | None, changes: dict) -> st
         if imp.get("created") and len(arr) == 0:
             del doc["imports"]
     return te.dumps_like(doc, text) if touched else text
+
+
+def _legacy_default_is_ours(table: Any, req: EngineRequest, changes: dict) -> bool:
+    """Whether the legacy default_runtime table runs one of our binaries (upstream: its
+    BinaryName, else Runtime, is the removed runtime's); with a record, whether we set it."""
+    if not isinstance(table, dict):
+        return False
+    if "default_runtime" in changes:
+        return True
+    options = table.get("options")
+    if not isinstance(options, dict):
+        return False
+    binary = options.get("BinaryName") or options.get("Runtime")
+    return bool(binary) and binary in {r.path for r in req.runtimes}
 
 
 def _restore(doc: Any, path: tuple[str, ...], prev: dict | None, where: str) -> None:
