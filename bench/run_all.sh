@@ -4,11 +4,11 @@
 # Each benchmark also prints its own detail and appends to bench/results/*.json. Root, runc,
 # gcc, busybox-static needed; run on a quiet machine, from the venv nct is installed in.
 # BENCH_ONLY="passthrough cdi ..." runs a subset (names: passthrough hook create cdi nvml
-# limits ldconf startup start); the table then shows the older results of the others, with dates.
+# limits ldconf startup start scale); the table then shows the older results of the others, with dates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-only=" ${BENCH_ONLY:-passthrough hook create cdi nvml limits ldconf startup start} "
+only=" ${BENCH_ONLY:-passthrough hook create cdi nvml limits ldconf startup start scale} "
 want() { [[ "$only" == *" $1 "* ]]; }
 tk=$(mktemp -d /tmp/nct-bench-toolkit.XXXXXX)
 trap 'rm -rf "$tk"' EXIT
@@ -24,5 +24,6 @@ want limits && "$PY" bench/limits_bench.py
 want ldconf && "$PY" bench/ldconf_bench.py
 want startup && "$PY" bench/toolkit_startup.py --toolkit "$tk/tree"
 want start && "$PY" bench/start_bench.py --toolkit "$tk/tree"
+want scale && "$PY" bench/scale_bench.py --toolkit "$tk/tree"
 echo
 "$PY" bench/table.py

@@ -20,6 +20,7 @@ HOOK = ("hook", None)
 CDI = ("cdi", None)
 START = ("toolkit", "toolkit_startup")
 GPU_START = ("start", None)
+SCALE = ("scale", None)
 
 # Rows: (section, label, source, path to the value, path to the plain-runc value or None,
 # scale group or None).  A path is a tuple of keys into the saved entry.  In a scale group,
@@ -66,6 +67,20 @@ ROWS: list[tuple] = [
      R + ("concurrent", "wall_ms"), None, None),
     ("GPU container start, jit-cdi, 8 GPUs (start_bench)", "{n} at once: median start each", GPU_START,
      R + ("concurrent", "median_each_ms"), None, None),
+    ("GPU container start, jit-cdi, by node size (scale_bench)", "1 GPU", SCALE, R + ("gpus1", "ms"),
+     R + ("gpus1", "runc_ms"), "start"),
+    ("GPU container start, jit-cdi, by node size (scale_bench)", "8 GPUs (x8)", SCALE, R + ("gpus8", "ms"),
+     R + ("gpus8", "runc_ms"), "start"),
+    ("GPU container start, jit-cdi, by node size (scale_bench)", "64 GPUs (x64)", SCALE, R + ("gpus64", "ms"),
+     R + ("gpus64", "runc_ms"), "start"),
+    ("GPU container start, jit-cdi, by node size (scale_bench)", "8 GPUs x 7 MIG, all 56 (x56)", SCALE,
+     R + ("mig8x7", "ms"), R + ("mig8x7", "runc_ms"), "start"),
+    ("GPU container start, jit-cdi, by node size (scale_bench)", "32 at once on 8 GPUs: wall", SCALE,
+     R + ("gpus8", "concurrent", "wall_ms"), None, None),
+    ("cdi-mode create over a spec dir (scale_bench)", "1 file", SCALE, R + ("specdir1", "ms"), None, "sdir"),
+    ("cdi-mode create over a spec dir (scale_bench)", "50 files (x50)", SCALE, R + ("specdir50", "ms"), None, "sdir"),
+    ("cdi-mode create over a spec dir (scale_bench)", "200 files (x200)", SCALE, R + ("specdir200", "ms"), None,
+     "sdir"),
 ]
 
 

@@ -75,6 +75,53 @@ def test_nesting_at_the_limit_is_accepted():
     assert jsonio.loads('{"a":' * 64 + "1" + "}" * 64)
 
 
+DUMP_CASES = [{}, {"a": [1, 2.5, -0.0, 1e300, None, True, False, "x\u00e9\u2603\U0001F600\n\"\\/\x01"]},
+              {"nan": float("nan"), "inf": [float("inf"), float("-inf")]}, {1: "int key", None: "n", 2.5: "f",
+              True: "b"}, {"big": 10**40, "nested": {"l": [[], {}, [[{"x": ""}]]]}}, {"s": "\ud800"},
+              {"set": {1}}, {"obj": object()}]
+DUMP_PROBE = """
+import sys
+from nct import jsonio
+assert "json" not in sys.modules
+out = []
+cases = {cases}
+for i, case in enumerate(cases):
+    if i == len(cases) - 2:  # the encodable ones done; the last two fail (json.dumps then explains)
+        print("json" in sys.modules, file=sys.stderr)
+    for ascii in (False, True):
+        try:
+            out.append(("ok", jsonio.dumps_compact(case, ascii)))
+        except Exception as e:
+            out.append(("err", type(e).__name__, str(e)))
+print(repr(out))
+"""
+
+
+def test_dumps_compact_writes_exactly_as_json_dumps():
+    """nct.jsonio.dumps_compact (the runtime's config.json writer, issue 14: `import json`
+    cost ~6 ms per GPU create) gives json.dumps' compact output, and its errors."""
+    want = []
+    for case in DUMP_CASES:
+        for ascii in (False, True):
+            try:
+                want.append(("ok", json.dumps(case, separators=(",", ":"), ensure_ascii=ascii)))
+            except Exception as e:  # noqa: BLE001 - compared as they are
+                want.append(("err", type(e).__name__, str(e)))
+    want = [w if "object at 0x" not in str(w) else ("err", "TypeError") for w in want]
+    cases = "[{}, {'a': [1, 2.5, -0.0, 1e300, None, True, False, 'x\\u00e9\\u2603\\U0001F600\\n\"\\\\/\\x01']}, " \
+            "{'nan': float('nan'), 'inf': [float('inf'), float('-inf')]}, {1: 'int key', None: 'n', 2.5: 'f', " \
+            "True: 'b'}, {'big': 10**40, 'nested': {'l': [[], {}, [[{'x': ''}]]]}}, {'s': '\\ud800'}, " \
+            "{'set': {1}}, {'obj': object()}]"
+    r = subprocess.run([sys.executable, "-c", DUMP_PROBE.format(cases=cases)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    import ast
+
+    got = [g if "object at 0x" not in str(g) else ("err", "TypeError") for g in ast.literal_eval(r.stdout)]
+    assert got == want
+    assert r.stderr.strip() == "False"  # json was not imported for the encodable ones
+
+
 def test_read_object_one_reader_callers_word_their_errors(tmp_path):
     """The hook, the CDI hooks and the OCI bundle reader share jsonio.read_object: the same
     checks everywhere, only the wording the caller passes differs."""

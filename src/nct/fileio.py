@@ -6,14 +6,28 @@ never a truncated mix, and a failure must leave the original untouched."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 
-def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner: bool = True) -> None:
+def _temp_file(directory: str, prefix: str) -> tuple[int, str]:
+    """A new file (0600, exclusive, not through a symlink) with a random name in `directory`
+    (tempfile.mkstemp's contract without importing tempfile on the runtime's create path)."""
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free temporary file name")
+
+
+def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner: bool = True,
+                 durable: bool = True) -> None:
     """Replace `path` with `data`: temp file in the same dir, fsync, rename.
 
     `mode` None keeps the existing file's permission bits (0644 for a new file); the
-    owner is kept too when we can (running as root over a file someone else owns)."""
+    owner is kept too when we can (running as root over a file someone else owns).
+    `durable=False` skips the fsyncs (still atomic for every reader): for files that do not
+    outlive the machine's uptime, as a bundle's config.json rewritten on every create."""
     directory = os.path.dirname(os.path.abspath(path))
     try:
         st = os.stat(path)
@@ -21,7 +35,7 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner:
         st = None
     if mode is None:
         mode = (st.st_mode & 0o7777) if st is not None else 0o644
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    fd, tmp = _temp_file(directory, "." + os.path.basename(path) + ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -32,7 +46,8 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner:
                     os.fchown(f.fileno(), st.st_uid, st.st_gid)
                 except PermissionError:
                     pass
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -40,6 +55,8 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner:
         except FileNotFoundError:
             pass
         raise
+    if not durable:
+        return
     try:  # make the rename durable; best effort (some filesystems refuse O_DIRECTORY fsync)
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:

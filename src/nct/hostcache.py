@@ -151,8 +151,12 @@ class HostCache:
 
             from nct.fileio import atomic_write
 
-            atomic_write(os.path.join(self.directory, self.name),
-                         json.dumps(entries, separators=(",", ":")).encode(), mode=0o600, keep_owner=False)
+            items = list(entries.items())
+            data = json.dumps(dict(items), separators=(",", ":")).encode()
+            while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
+                items = items[len(items) // 4 + 1:]
+                data = json.dumps(dict(items), separators=(",", ":")).encode()
+            atomic_write(os.path.join(self.directory, self.name), data, mode=0o600, keep_owner=False)
         except OSError:
             pass
 
@@ -170,5 +174,8 @@ class SpecCache(HostCache):
     carries a format version: a change in what the loader accepts must change it."""
 
     name = "cdi-spec-cache-v1.json"
-    max_entries = 64  # spec dirs hold a handful of files
-    max_bytes = 32 << 20  # a 64-GPU spec is ~300 KiB of YAML, less as JSON
+    # spec dirs usually hold a handful of files, but a node may carry hundreds (one per
+    # device vendor or per MIG layout): fewer entries than files would re-validate the rest
+    # and rewrite the cache on every read (issue 14: 200 files cost 4x per file what 50 did)
+    max_entries = 1024
+    max_bytes = 64 << 20  # an 8-GPU spec is ~40 KiB here as cached JSON, a 64-GPU one ~300 KiB

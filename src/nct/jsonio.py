@@ -3,7 +3,8 @@ json`, which pulls in `re` and `enum` (~6 ms per container together with the mod
 needed `re`). The C scanner behind the json module (`_json.make_scanner`) parses exactly
 as `json.loads` does; anything it does not accept, and any input it cannot take (other
 encodings, a BOM), is handed to `json.loads`, which then gives the standard answer or the
-standard error. Writing stays with the json module (it is rare on these paths).
+standard error. `dumps_compact` writes through the C encoder the same way (the runtime writes
+config.json on every GPU `create`); anything unusual goes to `json.dumps`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def _loads(data: bytes | bytearray | str) -> object:
         import json
 
         return json.loads(data)
+
+
+def dumps_compact(obj: object, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    """json.dumps(obj, separators=(",", ":"), ensure_ascii=..., sort_keys=...), without
+    importing json: the C encoder behind it (`_json.make_encoder`), with json.dumps' other
+    defaults. A value it cannot encode (or an interpreter without it) goes to json.dumps: the
+    same answer, or the same error."""
+    try:
+        import _json
+
+        quote = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
+        # a fresh circular-reference memo per call, as json.dumps makes one
+        enc = _json.make_encoder({}, _no_default, quote, None, ":", ",", sort_keys, False, True)
+        return "".join(enc(obj, 0))
+    except RecursionError:
+        raise
+    except (ImportError, AttributeError, TypeError, ValueError):
+        import json
+
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+def _no_default(o: object) -> object:
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
 def type_name(value: object) -> str:

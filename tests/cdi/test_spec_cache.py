@@ -97,3 +97,31 @@ def test_planted_or_untrusted_cache_is_not_served(tmp_path, cache_dir, monkeypat
     assert Registry([d]).device_names() == ["nvidia.com/gpu=evil"]
     cache_file.write_text(json.dumps({key: ["not", "a", "spec"]}))
     assert Registry([d]).device_names() == ["nvidia.com/gpu=0"]  # wrong shape: a miss
+
+
+def test_a_spec_dir_of_200_files_is_served_from_the_cache(tmp_path, cache_dir, monkeypatch):
+    """issue 14 §4: a cache holding fewer entries than the spec dir has files re-parsed the
+    rest (and rewrote the cache) on every load, so 200 files cost 4x per file what 50 did."""
+    d = str(tmp_path / "cdi")
+    for i in range(200):
+        _age(write_spec(d, f"vendor{i:03d}.yaml", devices={"0": node(0)}, kind=f"v{i:03d}.example.com/gpu"))
+    first = Registry([d])
+    assert first.errors == [] and len(first.specs) == 200
+    with monkeypatch.context() as m:
+        _no_parsing(m)
+        second = Registry([d])
+    assert len(second.specs) == 200 and second.device_names() == first.device_names()
+
+
+def test_cache_over_its_byte_bound_keeps_the_newest(tmp_path, cache_dir, monkeypatch):
+    """Entries past max_bytes are dropped oldest first: the file stays readable (one over the
+    bound would be ignored whole, and every load would parse everything again)."""
+    monkeypatch.setattr(SpecCache, "max_bytes", 4000)
+    d = str(tmp_path / "cdi")
+    for i in range(40):
+        _age(write_spec(d, f"vendor{i:03d}.yaml", devices={"0": node(0)}, kind=f"v{i:03d}.example.com/gpu"))
+    Registry([d])
+    size = (cache_dir / SpecCache.name).stat().st_size
+    assert 0 < size <= 4000
+    kept = json.loads((cache_dir / SpecCache.name).read_text())
+    assert 0 < len(kept) < 40

@@ -41,9 +41,11 @@ cgroups.JailSite.jail = lambda self: cgroups.DeviceJail(problem="disabled by the
 
 
 def run_ldconfig(rootfs: str, *, jail: int, kernel: str, oldkernel_bin: str | None = None, disable: str = "",
-                 ldconfig: str = "@/sbin/ldconfig", write_conf: bool = True) -> subprocess.CompletedProcess:
+                 ldconfig: str = "@/sbin/ldconfig", write_conf: bool = True,
+                 early: bool = False) -> subprocess.CompletedProcess:
     """nct's run_ldconfig on `rootfs` in a fresh process (jail: which cgroup version holds the
-    deny-all device cgroup), printing "OK" or "ERR <one line>"."""
+    deny-all device cgroup), printing "OK" or "ERR <one line>". `early`: the child is started
+    first and told to run only after the caller's work (start_ldconfig, as the hooks do)."""
     code = "import os\nfrom nct.container import cgroups, ldconfig as L\n"
     code += f"cgroups.JAIL_VERSIONS = {(jail,) if jail else ()}\n"
     code += (NO_NODEV if "nodev" in disable else "") + (NO_JAIL if "jail" in disable else "")
@@ -52,7 +54,12 @@ def run_ldconfig(rootfs: str, *, jail: int, kernel: str, oldkernel_bin: str | No
         from nct.errors import NctError
         try:
             with Root({rootfs!r}) as r:
-                L.run_ldconfig(r, ["/{LIBDIR}", "/opt/nv/lib"], ldconfig={ldconfig!r}, write_conf={write_conf!r})
+                if {early!r}:
+                    p = L.start_ldconfig(r, ldconfig={ldconfig!r})
+                    import time; time.sleep(0.05)  # the caller's mounts and links
+                    p.run(["/{LIBDIR}", "/opt/nv/lib"], write_conf={write_conf!r})
+                else:
+                    L.run_ldconfig(r, ["/{LIBDIR}", "/opt/nv/lib"], ldconfig={ldconfig!r}, write_conf={write_conf!r})
         except NctError as e:
             print("ERR", e)
         else:
@@ -114,11 +121,13 @@ def test_image_device_node_never_reaches_the_host_disk(image, scratch_disk, oldk
         assert stat.S_ISREG(os.lstat(os.path.join(image, "etc/ld.so.cache")).st_mode)
 
 
+@pytest.mark.parametrize("start", ["right away", "early"])
 @pytest.mark.parametrize("kernel", ["new", "old"])
 @pytest.mark.parametrize("layer", ["nodev only", "cgroup v1 only", "cgroup v2 only"])
-def test_each_defence_holds_alone(image, scratch_disk, oldkernel_bin, layer, kernel):
+def test_each_defence_holds_alone(image, scratch_disk, oldkernel_bin, layer, kernel, start):
     """nodev alone, the device cgroup alone (v1 and v2): ldconfig's open of the linked node is
-    refused either way. The cache~ node is removed before ldconfig runs, so this uses the
+    refused either way, whether its child was started right away or early (in its jail while
+    the caller worked). The cache~ node is removed before ldconfig runs, so this uses the
     lib link and the conf entry, which only the two defences keep closed."""
     jail = 2 if "v2" in layer else 1
     disable = "jail" if layer == "nodev only" else "nodev"
@@ -127,7 +136,8 @@ def test_each_defence_holds_alone(image, scratch_disk, oldkernel_bin, layer, ker
     for n in nodes:
         watch.add(n)
     try:
-        res = run_ldconfig(image, jail=jail, kernel=kernel, oldkernel_bin=oldkernel_bin, disable=disable)
+        res = run_ldconfig(image, jail=jail, kernel=kernel, oldkernel_bin=oldkernel_bin, disable=disable,
+                           early=start == "early")
         opened = watch.opened()
     finally:
         watch.close()

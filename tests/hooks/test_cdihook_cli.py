@@ -12,16 +12,18 @@ import sys
 
 import pytest
 
+from hookforms import hook_argv
 from realparts import NV_MAJOR, build_lib, needs_gcc, needs_root, snapshot
 
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
 CTK = os.path.join(os.path.dirname(sys.executable), "nvidia-ctk")
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
 
 
 def hook(*args, state: dict | None = None, env: dict | None = None, prog: str = HOOK,
          wrap: list[str] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*wrap, prog, *args], input=json.dumps(state) if state is not None else "",
+    return subprocess.run([*wrap, *hook_argv([prog, *args])], input=json.dumps(state) if state is not None else "",
                           capture_output=True, text=True, env=env or CLEAN_ENV, timeout=60)
 
 

@@ -14,6 +14,8 @@ import pytest
 from realparts import needs_gcc, needs_root
 from test_cdihook_cli import _compat_conf, _compat_lib, hook, state_for
 
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
+
 
 def one_line_error(res: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in res.stderr, res.stderr

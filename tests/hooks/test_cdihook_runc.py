@@ -8,15 +8,18 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from hookforms import hook_argv
 from realparts import NV_MAJOR, needs_gcc, needs_root, needs_runc, run_container, write_bundle
 
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
-pytestmark = [needs_root, needs_runc, needs_gcc]
+pytestmark = [needs_root, needs_runc, needs_gcc, pytest.mark.usefixtures("hook_form")]
 
 
 def _hook(*args: str) -> dict:
-    return {"path": HOOK, "args": ["nvidia-cdi-hook", *args], "env": ["NVIDIA_CTK_DEBUG=false"]}
+    return {"path": HOOK, "args": hook_argv(["nvidia-cdi-hook", *args]), "env": ["NVIDIA_CTK_DEBUG=false"]}
 
 
 def test_cdi_style_container(rootfs, host_gpu):

@@ -11,12 +11,15 @@ import sys
 
 import pytest
 
+from hookforms import hook_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 def run(args: list[str], stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([HOOK, *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=60)
+    return subprocess.run(hook_argv([HOOK, *args]), input=stdin, capture_output=True, text=True, env=ENV, timeout=60)
 
 
 def bundle_with(tmp_path, root: dict | None) -> str:
@@ -55,7 +58,7 @@ def test_state_root_relative_to_bundle(tmp_path):
     bundle = bundle_with(tmp_path, {"path": "elsewhere"})
     cwd = tmp_path / "cwd"
     (cwd / "rootfs").mkdir(parents=True)
-    res = subprocess.run([HOOK, "create-symlinks", "--link", "t::/l"], input=state(bundle, root="rootfs"),
+    res = subprocess.run(hook_argv([HOOK, "create-symlinks", "--link", "t::/l"]), input=state(bundle, root="rootfs"),
                          capture_output=True, text=True, env=ENV, cwd=cwd, timeout=60)
     assert res.returncode == 0, res.stderr
     assert os.readlink(os.path.join(bundle, "rootfs", "l")) == "t"

@@ -17,7 +17,10 @@ import time
 import pytest
 
 from realparts import needs_gcc, needs_root, snapshot
+from hookforms import hook_argv
 from test_cdihook_cli import HOOK, CLEAN_ENV, _compat_conf, _compat_lib, _known_new, _write, hook, state_for
+
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
 
 
 # ---- a container root that is the host's / by any spelling --------------------------------------
@@ -49,7 +52,7 @@ def test_host_root_by_any_spelling_refused(tmp_path, where, root, via):
     if via == "container-spec":
         (tmp_path / "state.json").write_text(json.dumps(st))
         args += ["--container-spec", str(tmp_path / "state.json")]
-    res = subprocess.run(args, input="" if via == "container-spec" else json.dumps(st), capture_output=True,
+    res = subprocess.run(hook_argv(args), input="" if via == "container-spec" else json.dumps(st), capture_output=True,
                          text=True, env=CLEAN_ENV, cwd="/", timeout=60)
     assert res.returncode == 1, res.stderr
     # /proc/1/root may be closed to us (a sandbox's pid 1): then opening it is the refusal

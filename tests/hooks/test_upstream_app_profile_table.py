@@ -13,6 +13,9 @@ import sys
 
 import pytest
 
+from hookforms import hook_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
 PROFILE = "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
 CHAR, DIR, FILE = "c", "d", "f"
@@ -48,7 +51,7 @@ def test_application_profile_table(tmp_path, nodes, mask):
     (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.2.0", "root": {"path": "rootfs"}}))
     state = json.dumps({"ociVersion": "1.2.0", "id": "c", "status": "creating", "pid": os.getpid(),
                         "bundle": str(bundle)})
-    res = subprocess.run([HOOK, "update-application-profile"], input=state, capture_output=True, text=True,
+    res = subprocess.run(hook_argv([HOOK, "update-application-profile"]), input=state, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert res.returncode == 0, res.stderr
     path = bundle / "rootfs" / PROFILE

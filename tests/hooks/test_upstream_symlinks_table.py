@@ -11,6 +11,9 @@ import sys
 
 import pytest
 
+from hookforms import hook_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("hook_form")  # alone and as an nct-steps step
 HOOK = os.path.join(os.path.dirname(sys.executable), "nvidia-cdi-hook")
 
 
@@ -32,7 +35,7 @@ def create_link(tmp_path, entries, target: str, link: str, host_entries=()) -> t
     (tmp_path / "bundle" / "config.json").write_text(json.dumps({"ociVersion": "1.2.0", "root": {"path": "rootfs"}}))
     state = json.dumps({"ociVersion": "1.2.0", "id": "c", "status": "creating", "pid": os.getpid(),
                         "bundle": str(tmp_path / "bundle")})
-    res = subprocess.run([HOOK, "create-symlinks", "--link", f"{target}::{link}"], input=state,
+    res = subprocess.run(hook_argv([HOOK, "create-symlinks", "--link", f"{target}::{link}"]), input=state,
                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert res.returncode == 0, res.stderr
     return host, root

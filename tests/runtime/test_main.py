@@ -246,10 +246,11 @@ def test_jit_cdi_on_simulated_node(shim, fake_runtime, make_bundle, sim_node):
     assert libcuda and mounts[libcuda[0]].startswith(str(sim_node / "root"))
     hooks = out["hooks"]
     assert "prestart" not in hooks
-    names = [h["args"][2] for h in hooks["createContainer"]]
-    assert "create-symlinks" in names and "update-ldcache" in names
-    assert all(h["path"].endswith("/nvidia-ctk") and h["env"] == ["NVIDIA_CTK_DEBUG=false"]
-               for h in hooks["createContainer"])
+    # one hook process for all in-container steps (nct.cdi.hooks.steps_hook)
+    (steps,) = hooks["createContainer"]
+    assert steps["args"][:3] == ["nvidia-ctk", "hook", "nct-steps"]
+    assert "create-symlinks" in steps["args"] and "update-ldcache" in steps["args"]
+    assert steps["path"].endswith("/nvidia-ctk") and steps["env"] == ["NVIDIA_CTK_DEBUG=false"]
     allow = [(d["major"], d["minor"]) for d in out["linux"]["resources"]["devices"] if d.get("allow")]
     assert (195, 1) in allow and (195, 0) not in allow
 

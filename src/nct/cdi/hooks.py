@@ -5,7 +5,12 @@ The planner never emits our own hooks: it says `symlinks`, `ldconfig_folders`,
 (`nct.cdi.inject`) or a CDI spec (`nct.cdi.render`), this one function turns them into
 createContainer hooks, so both renderings carry the same hooks in the same order:
 create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification.
-Every hook gets an explicit env: never the container's."""
+Every hook gets an explicit env: never the container's.
+
+With `HookOptions.steps` (the runtime's own jit-cdi specs, never a CDI file written for
+another engine) those hooks become one `nvidia-ctk hook nct-steps` hook running the same
+steps in the same order in one process: one Python start per container instead of four
+(nct.cli.cdi_hook; a spec from an older nct keeps working, the hooks are all still there)."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ class HookOptions(Record):
     ldconfig_path: str | None = None
     driver_version: str | None = None
     disabled: frozenset[str] = field(default_factory=frozenset)
+    steps: bool = False  # the derived hooks as one `nct-steps` hook
 
     def enabled(self, name: str) -> bool:
         return "all" not in self.disabled and name not in self.disabled
@@ -76,7 +82,22 @@ def derived_hooks(edits: ContainerEdits, opts: HookOptions | None = None) -> lis
         out.append(cdi_hook("update-ldcache", args, opts))
     if edits.proc_driver_gpus is not None and opts.enabled("disable-device-node-modification"):
         out.append(cdi_hook("disable-device-node-modification", (), opts))
+    if opts.steps and len(out) > 1:
+        return [steps_hook(out, opts)]
     return out
+
+
+STEPS_HOOK = "nct-steps"  # nct.cli.cdi_hook runs it
+
+
+def steps_hook(hooks: list[HookEdit], opts: HookOptions) -> HookEdit:
+    """Our hooks (`<argv0> NAME ARGS...` each) as one `<argv0> nct-steps NAME ARGS... NAME
+    ARGS...` createContainer hook."""
+    argv0 = hook_argv0(opts.hook_path)
+    args = argv0 + [STEPS_HOOK]
+    for h in hooks:
+        args += h.args[len(argv0):]
+    return HookEdit(hook_name="createContainer", path=opts.hook_path, args=tuple(args), env=HOOK_ENV)
 
 
 def hook_edits(edits: ContainerEdits, opts: HookOptions | None = None) -> list[HookEdit]:

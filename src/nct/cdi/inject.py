@@ -28,14 +28,16 @@ HOOK_LISTS = ("prestart", "createRuntime", "createContainer", "startContainer", 
 
 def apply_edits_to_spec(spec: dict, edits: ContainerEdits, *, hook_path: str = DEFAULT_HOOK_PATH,
                         ldconfig_path: str | None = None, driver_version: str | None = None,
-                        disabled_hooks: tuple[str, ...] | frozenset[str] = ()) -> dict:
+                        disabled_hooks: tuple[str, ...] | frozenset[str] = (),
+                        steps: bool = False) -> dict:
     """Render `edits` into the OCI `spec` (in place; returned). `symlinks`,
     `ldconfig_folders`, `proc_driver_gpus` and CUDA compat become createContainer hooks
-    running `hook_path` (see nct.cdi.hooks)."""
+    running `hook_path` (one `nct-steps` hook with `steps`; see nct.cdi.hooks)."""
     from nct.cdi.render import edits_to_cdi
 
     opts = HookOptions(hook_path=hook_path, ldconfig_path=ldconfig_path,
-                       driver_version=driver_version, disabled=frozenset(disabled_hooks))
+                       driver_version=driver_version, disabled=frozenset(disabled_hooks),
+                       steps=steps)
     return apply_cdi_edits(spec, edits_to_cdi(edits, opts, with_type=True))
 
 

@@ -7,12 +7,12 @@ and entries already in the spec-level edits dropped from each device."""
 
 from __future__ import annotations
 
-import json
 TYPE_CHECKING = False  # not `typing` at run time: ~10 ms of the runtime's create
 if TYPE_CHECKING:
     from typing import Iterable, Sequence
 
 from nct.cdi.hooks import HookOptions, hook_edits
+from nct.jsonio import dumps_compact
 from nct.cdi.version import minimum_version
 from nct.edits.model import ContainerEdits, DeviceNodeEdit, HookEdit, MountEdit
 from nct.errors import SpecError
@@ -65,7 +65,7 @@ def _dedup(items: Iterable) -> list:
     seen: set[str] = set()
     out = []
     for it in items:
-        k = json.dumps(it, sort_keys=True)
+        k = dumps_compact(it, sort_keys=True)  # not `json`: the runtime's create renders with this
         if k not in seen:
             seen.add(k)
             out.append(it)
@@ -112,8 +112,8 @@ def _without_common(dev: dict, common: dict) -> dict:
     out = {}
     for k, v in dev.items():
         if k in _LIST_KEYS and common.get(k):
-            have = {json.dumps(x, sort_keys=True) for x in common[k]}
-            v = [x for x in v if json.dumps(x, sort_keys=True) not in have]
+            have = {dumps_compact(x, sort_keys=True) for x in common[k]}
+            v = [x for x in v if dumps_compact(x, sort_keys=True) not in have]
             if not v:
                 continue
         out[k] = v

@@ -378,20 +378,27 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
 
     # -- container side --
     root = _enter(rootfs, pid, options.host_proc)
-    if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it
-        _proc_view(root, proc_files, gpu_dirs)
-    for src in mounts:
-        _attach(root, src)
-    for d, node_src, mode in devices:
-        if node_src is not None:
-            _attach(root, node_src)
-        else:
-            root.mknod(d.path, mode, d.major, d.minor)
-    for s in edits.symlinks:
-        root.symlink(s.target, s.link)
-    if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
-        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
-                             legacy=True)
-    if run_ld:
-        ldconfig.run_ldconfig(root, list(edits.ldconfig_folders), ldconfig=options.ldconfig,
-                              no_pivot=options.no_pivot, ldconfig_fd=ld_fd, jail_site=jails)
+    # ldconfig's child first: its move into the deny-all device cgroup (a cgroup migration,
+    # ~9 ms waiting for an RCU grace period) overlaps the mounting below
+    pending = (ldconfig.start_ldconfig(root, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
+                                       ldconfig_fd=ld_fd, jail_site=jails) if run_ld else None)
+    try:
+        if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it
+            _proc_view(root, proc_files, gpu_dirs)
+        for src in mounts:
+            _attach(root, src)
+        for d, node_src, mode in devices:
+            if node_src is not None:
+                _attach(root, node_src)
+            else:
+                root.mknod(d.path, mode, d.major, d.minor)
+        for s in edits.symlinks:
+            root.symlink(s.target, s.link)
+        if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
+            compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
+                                 legacy=True)
+        if pending is not None:
+            pending.run(list(edits.ldconfig_folders))
+    finally:
+        if pending is not None:
+            pending.cancel()

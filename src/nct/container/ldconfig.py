@@ -27,7 +27,7 @@ import _signal as signal  # not `signal`: its enums import `enum` (~1.5 ms per c
 import stat
 import struct
 
-from nct import child  # here, not in _spawn: by then the process may be in the container's root
+from nct import child  # here, not in _fork_child: by then the process may be in the container's root
 from nct.container import syscalls as sc
 from nct.container.cgroups import DeviceJail, JailSite
 from nct.container.rootfs import Root, open_regular, unescape_mount_field
@@ -567,54 +567,133 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
     `extra_files` are written (in-root) before ldconfig runs. `jail_site`: where ldconfig's
     deny-all device cgroup is made (cgroups.JailSite, opened on the host side by a caller in
     the container's mount namespace; opened here when None). The cgroup exists only while
-    ldconfig runs.
+    ldconfig runs. (start_ldconfig + PendingLdconfig.run, back to back.)
     """
-    site = jail_site if jail_site is not None else JailSite()
-    try:
-        jail = site.jail()
+    pending = start_ldconfig(root, ldconfig=ldconfig, no_pivot=no_pivot, ldconfig_fd=ldconfig_fd,
+                             jail_site=jail_site)
+    pending.run(folders, write_conf=write_conf, extra_files=extra_files)
+
+
+def start_ldconfig(root: Root, *, ldconfig: str = "@/sbin/ldconfig", no_pivot: bool = False,
+                   ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> PendingLdconfig:
+    """Fork ldconfig's child now and let it move into its deny-all device cgroup while the
+    caller goes on (attaching mounts, creating links): the move waits for an RCU grace
+    period (~9 ms on kernels whose cgroup hierarchy lacks `favordynmods`), which then
+    overlaps the caller's work. The child does nothing else (no pivot, no fd closed, no exec)
+    until PendingLdconfig.run sends it its command line; cancel() (or the caller's death)
+    ends it. The same child, the same confinement, as run_ldconfig's."""
+    return PendingLdconfig(root, ldconfig, no_pivot, ldconfig_fd, jail_site)
+
+
+class PendingLdconfig:
+    """ldconfig's child, forked and in its jail, waiting for run() (or cancel())."""
+
+    def __init__(self, root: Root, ldconfig: str, no_pivot: bool, ldconfig_fd: int | None,
+                 jail_site: JailSite | None) -> None:
+        self.root, self.ldconfig, self.pid = root, ldconfig, 0
+        self.site = jail_site if jail_site is not None else JailSite()
+        self.own_site = jail_site is None
+        self.own_fd = ldconfig_fd is None
+        self.fd = ldconfig_fd
+        self.go_w = self.err_r = -1
+        self.jail: DeviceJail | None = None
         try:
-            _run_ldconfig(root, folders, ldconfig, write_conf, extra_files, no_pivot, ldconfig_fd, jail)
+            self.host = host_ldconfig(ldconfig)
+            if self.host is not None and self.own_fd:
+                self.fd = sealed_copy(self.host)
+            self.jail = self.site.jail()
+            self.pid, self.err_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail)
+        except BaseException:
+            self._close()
+            raise
+
+    def run(self, folders: list[str], *, write_conf: bool = False,
+            extra_files: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Write the configuration (in-root) and run ldconfig in the waiting child."""
+        try:
+            if write_conf and update_musl_path(self.root, folders):
+                return
+            if self.host is None:
+                argv0 = self.ldconfig
+                if self.root.stat(self.ldconfig + ".real") is not None:
+                    argv0 = self.ldconfig + ".real"
+            else:
+                argv0 = self.host
+            files: list[tuple[str, bytes]] = list(extra_files)
+            args = ["-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
+            if write_conf:
+                files.extend(prepare_conf(self.root, folders))
+            else:
+                args.extend(conf_folders(folders))
+            # Writes happen in-root from here (the child is chrooted anyway).
+            self.root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
+            # ldconfig truncates its temp file in place: one the image ships that is not a
+            # regular file (a device node) would fail it on our nodev view (or, unconfined,
+            # be written to).
+            self.root.remove_unless_regular(CACHE_TEMP)
+            for path, data in files:
+                self.root.write_file(path, data, 0o644)
+            if self.jail is not None and self.jail.problem:  # the nodev view still keeps devices out
+                os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({self.jail.problem})\n"
+                         .encode())
+            go_w, self.go_w = self.go_w, -1
+            try:
+                _send(go_w, [argv0, *args])
+            except BrokenPipeError:  # the child died before reading it: _finish says why
+                pass
+            pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
+            _finish(self.root, pid, err_r)
         finally:
-            jail.close()
-    finally:
-        if jail_site is None:
-            site.close()
+            self._close()
+
+    def cancel(self) -> None:
+        """End the waiting child without running ldconfig (the caller failed, or no ldconfig)."""
+        self._close()
+
+    def _close(self) -> None:
+        if self.go_w >= 0:  # EOF without a command line: the child exits
+            os.close(self.go_w)
+            self.go_w = -1
+        if self.pid:
+            pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
+            child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)
+        if self.jail is not None:
+            self.jail.close()
+            self.jail = None
+        if self.own_site:
+            self.site.close()
+            self.own_site = False
+        if self.own_fd and self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def _run_ldconfig(root: Root, folders: list[str], ldconfig: str, write_conf: bool,
-                  extra_files: Sequence[tuple[str, bytes]], no_pivot: bool, ldconfig_fd: int | None,
-                  jail: DeviceJail) -> None:
-    if write_conf and update_musl_path(root, folders):
-        return
-    own_fd = ldconfig_fd is None
-    host = host_ldconfig(ldconfig)
-    if host is None:
-        container_bin = ldconfig
-        if root.stat(ldconfig + ".real") is not None:
-            container_bin = ldconfig + ".real"
-        argv0 = container_bin
-    else:
-        argv0 = host
-        if own_fd:
-            ldconfig_fd = sealed_copy(host)
-    files: list[tuple[str, bytes]] = list(extra_files)
-    args = ["-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
-    if write_conf:
-        files.extend(prepare_conf(root, folders))
-    else:
-        args.extend(conf_folders(folders))
-    # Writes happen in-root from here (the child below is chrooted anyway).
-    root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
-    # ldconfig truncates its temp file in place: one the image ships that is not a regular
-    # file (a device node) would fail it on our nodev view (or, unconfined, be written to).
-    root.remove_unless_regular(CACHE_TEMP)
-    for path, data in files:
-        root.write_file(path, data, 0o644)
+MAX_COMMAND = 1 << 20  # bytes of ldconfig's command line sent to the waiting child
+
+
+def _send(go_w: int, argv: list[str]) -> None:
+    """ldconfig's argv to the waiting child (NUL-separated), then EOF."""
+    data = b"\0".join(a.encode() for a in argv)
     try:
-        _spawn(root, ldconfig_fd, argv0, args, no_pivot, jail)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(go_w, view):]
     finally:
-        if own_fd and ldconfig_fd is not None:
-            os.close(ldconfig_fd)
+        os.close(go_w)
+
+
+def _receive(go_r: int) -> list[str]:
+    """In the child: the argv run() sent ([] when cancelled)."""
+    chunks, size = [], 0
+    while size <= MAX_COMMAND:
+        b = os.read(go_r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+        size += len(b)
+    os.close(go_r)
+    data = b"".join(chunks)
+    return [a.decode(errors="surrogateescape") for a in data.split(b"\0")] if data else []
 
 
 def _wait_status(status: int) -> int:
@@ -630,14 +709,16 @@ def _wait_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot: bool, jail: DeviceJail) -> None:
-    if jail.problem:  # the nodev view below still keeps devices out; say what is missing
-        os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({jail.problem})\n".encode())
+def _fork_child(root: Root, exe_fd: int | None, no_pivot: bool, jail: DeviceJail) -> tuple[int, int, int]:
+    """Fork ldconfig's child: it enters the jail, then waits for its command line on a pipe.
+    Returns (pid, its output's read end, the command pipe's write end)."""
     proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
 
     def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
         try:
+            os.close(go_w)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
             # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
@@ -651,6 +732,10 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
+            argv = _receive(go_r)  # blocks until run() (EOF: cancelled, or the parent died)
+            if not argv:
+                return 0
+            argv0, args = argv[0], argv[1:]
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
             sc.close_fds_except({root.fd, proc} | ({exe_fd} if exe_fd is not None else set()))
@@ -691,7 +776,18 @@ def _spawn(root: Root, exe_fd: int | None, argv0: str, args: list[str], no_pivot
                 pass
         return code
 
-    pid, err_r = child.fork(body, error_exit=127)
+    try:
+        pid, err_r = child.fork(body, error_exit=127)
+    except BaseException:
+        os.close(go_w)
+        raise
+    finally:
+        os.close(go_r)
+    return pid, err_r, go_w
+
+
+def _finish(root: Root, pid: int, err_r: int) -> None:
+    """Wait for the child's ldconfig; a ContainerError with its last line when it failed."""
     # only the tail is ever shown: what an image's ldconfig (or the host one warning about
     # each of a hostile configuration's lines) prints is not all kept
     done = child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)

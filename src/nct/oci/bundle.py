@@ -6,8 +6,6 @@ one-line SpecError naming the file and the key."""
 
 from __future__ import annotations
 
-import json
-
 from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
@@ -26,15 +24,15 @@ def read_spec_file(path: str) -> dict:
 def dump_spec(spec: dict) -> bytes:
     """Compact JSON, as upstream writes it back."""
     try:
-        return json.dumps(spec, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return jsonio.dumps_compact(spec).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
-        return json.dumps(spec, separators=(",", ":")).encode("ascii")
+        return jsonio.dumps_compact(spec, ensure_ascii=True).encode("ascii")
 
 
-def write_spec_file(path: str, spec: dict) -> None:
+def write_spec_file(path: str, spec: dict, *, durable: bool = True) -> None:
     data = dump_spec(spec)
     try:
-        atomic_write(path, data)
+        atomic_write(path, data, durable=durable)
     except OSError as e:
         raise SpecError(f"{path}: cannot write: {e.strerror or e}") from None
 

@@ -25,12 +25,15 @@ def _plan_options(cfg):
     )
 
 
-def _apply(spec: dict, edits: ContainerEdits, cfg, hook_path: str, driver_version: str | None) -> dict:
+def _apply(spec: dict, edits: ContainerEdits, cfg, hook_path: str, driver_version: str | None,
+           steps: bool = False) -> dict:
+    """`steps`: the in-container hooks as one `nct-steps` process (nct.cdi.hooks)."""
     from nct.cdi.inject import apply_edits_to_spec
 
     return apply_edits_to_spec(
         spec, edits, hook_path=hook_path, driver_version=driver_version,
         disabled_hooks=tuple(cfg.nvidia_container_runtime.modes.jit_cdi.nvcdi_disable_hooks),
+        steps=steps,
     )
 
 
@@ -42,7 +45,7 @@ def jit_edits(node, request, cfg) -> ContainerEdits:
 
 
 def jit_inject(spec: dict, node, request, cfg, hook_path: str) -> dict:
-    return _apply(spec, jit_edits(node, request, cfg), cfg, hook_path, node.driver_version)
+    return _apply(spec, jit_edits(node, request, cfg), cfg, hook_path, node.driver_version, steps=True)
 
 
 def gated_inject(spec: dict, request, cfg, hook_path: str) -> dict:

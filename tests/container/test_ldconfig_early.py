@@ -1,0 +1,107 @@
+"""ldconfig's child started early (nct.container.ldconfig.start_ldconfig, issue 14 §2): it is
+forked and moved into its deny-all device cgroup while the caller still attaches mounts and
+creates links, then runs ldconfig only when told, seeing everything done in between; cancelled,
+it runs nothing and leaves no cgroup. The confinement tests (test_devnodes.py) run through the
+same child, started early and right away. Real parts: busybox rootfs, gcc-built libraries,
+real cgroups, a private mount namespace (unshare -m) for the bind mount."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from realparts import build_lib, needs_gcc, needs_root
+
+pytestmark = [needs_root, needs_gcc]
+
+SCRIPT = """
+import json, os, subprocess, sys
+from nct.container.ldconfig import start_ldconfig
+from nct.container.rootfs import Root
+
+rootfs, libs, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+with Root(rootfs) as root:
+    pending = start_ldconfig(root)
+    out["pid"] = pending.pid
+    jail = pending.jail
+    out["jail"] = jail.name if jail is not None and not jail.problem else ""
+    # the child is in its jail before run(): the slow cgroup move overlaps what follows
+    for _ in range(200):
+        cg = open(f"/proc/{pending.pid}/cgroup").read()
+        if out["jail"] and out["jail"] in cg:
+            break
+        import time; time.sleep(0.01)
+    out["in_jail_before_run"] = bool(out["jail"]) and out["jail"] in cg
+    # work done after the fork: a bind mount and a link the ldconfig run must see
+    os.makedirs(os.path.join(rootfs, "opt/nv/lib"), exist_ok=True)
+    subprocess.run(["mount", "--bind", libs, os.path.join(rootfs, "opt/nv/lib")], check=True)
+    if mode == "run":
+        pending.run(["/opt/nv/lib"], write_conf=True)
+    else:
+        pending.cancel()
+    out["child_gone"] = not os.path.exists(f"/proc/{out['pid']}") or \\
+        open(f"/proc/{out['pid']}/stat").read().split()[2] == "Z"
+print(json.dumps(out))
+"""
+
+
+def _run(rootfs: str, libs: str, mode: str) -> dict:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", textwrap.dedent(SCRIPT),
+                        rootfs, libs, mode], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _jail_dirs(name: str) -> list[str]:
+    """Where a jail of that name would be, in any hierarchy (v1 devices, v2)."""
+    found = []
+    for base in ("/sys/fs/cgroup/devices", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        for dirpath, dirnames, _ in os.walk(base):
+            if name in dirnames:
+                found.append(os.path.join(dirpath, name))
+            if dirpath.count("/") > 8:
+                dirnames[:] = []
+    return found
+
+
+@pytest.fixture
+def libs(tmp_path) -> str:
+    d = str(tmp_path / "hostlibs")
+    build_lib(d, "libnvearly.so.550.54.15", "libnvearly.so.1")
+    return d
+
+
+def test_early_child_waits_in_its_jail_and_sees_later_mounts(rootfs, libs):
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    out = _run(rootfs, libs, "run")
+    if out["jail"]:
+        assert out["in_jail_before_run"], out
+        assert not _jail_dirs(out["jail"])  # removed once ldconfig is done
+    assert out["child_gone"]
+    cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                           capture_output=True, text=True).stdout
+    assert "libnvearly.so.1 (libc6,x86-64) => /opt/nv/lib/libnvearly.so.1" in cache, cache
+    names = os.listdir(os.path.join(rootfs, "etc/ld.so.conf.d"))
+    assert any(n.startswith("00-nvcr-") for n in names)
+
+
+def test_cancelled_child_runs_nothing_and_leaves_no_cgroup(rootfs, libs):
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    confd = os.path.join(rootfs, "etc/ld.so.conf.d")
+    before = sorted(os.listdir(confd)) if os.path.isdir(confd) else []
+    out = _run(rootfs, libs, "cancel")
+    assert out["child_gone"]
+    assert not os.path.exists(os.path.join(rootfs, "etc/ld.so.cache"))
+    assert (sorted(os.listdir(confd)) if os.path.isdir(confd) else []) == before
+    if out["jail"]:
+        assert not _jail_dirs(out["jail"])
