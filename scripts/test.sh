@@ -7,7 +7,8 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     python3 python3-venv python3-dev gcc gcc-multilib libc6-dev make \
     runc crun busybox-static docker.io containerd podman \
-    dpkg-dev fakeroot iproute2 kmod procps util-linux mount ca-certificates debootstrap xz-utils >/dev/null
+    dpkg-dev fakeroot iproute2 kmod procps util-linux mount ca-certificates debootstrap xz-utils \
+    locales e2fsprogs >/dev/null
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/pip install -q -e '.[test]'

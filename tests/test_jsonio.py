@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from nct import jsonio
+
 CASES = ['{}', '[]', ' {"a": [1, 2.5, -3e2, true, false, null, "x\\u00e9\\n"]} ', '"s"', '1', 'NaN',
          '[Infinity, -Infinity]', '{"a":1}{', '{"a":1', '', ' ', '\ufeff{}', '{"a": "\x01"}', '[1,]',
          '{"k": 1, "k": 2}', '123abc', '{"a": 01}', '{not json']
@@ -118,3 +120,31 @@ def test_dumps_compact_writes_exactly_as_json_dumps():
     got = [g if "object at 0x" not in str(g) else ("err", "TypeError") for g in ast.literal_eval(r.stdout)]
     assert got == want
     assert r.stderr.strip() == "False"  # json was not imported for the encodable ones
+
+
+def test_read_object_one_reader_callers_word_their_errors(tmp_path):
+    """The hook, the CDI hooks and the OCI bundle reader share jsonio.read_object: the same
+    checks everywhere, only the wording the caller passes differs."""
+    from nct.errors import SpecError
+
+    good = tmp_path / "ok.json"
+    good.write_text('{"a": [1]}')
+    assert jsonio.read_object(str(good), SpecError) == {"a": [1]}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{\n  "a": }\n')
+    with pytest.raises(SpecError, match=rf"^{bad}: invalid JSON at line 2 column 8: Expecting value$"):
+        jsonio.read_object(str(bad), SpecError)
+    arr = tmp_path / "arr.json"
+    arr.write_text("[1]")
+    with pytest.raises(SpecError, match=r"arr.json: the spec must be a JSON object, not an array$"):
+        jsonio.read_object(str(arr), SpecError, not_object="the spec must be a JSON object, not {}")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"a": "\xe9"}')
+    with pytest.raises(SpecError, match=r"latin.json: not UTF-8 text at byte 7$"):
+        jsonio.read_object(str(latin), SpecError)
+    with pytest.raises(SpecError, match=r"gone.json: No such file or directory$"):
+        jsonio.read_object(str(tmp_path / "gone.json"), SpecError)
+    with pytest.raises(SpecError, match=r"gone.json: no such file \(check the path\)$"):
+        jsonio.read_object(str(tmp_path / "gone.json"), SpecError, missing="no such file (check the path)")
+    with pytest.raises(SpecError, match=r"^state: cannot read: Is a directory$"):
+        jsonio.read_object(str(tmp_path), SpecError, where="state", cannot_read="cannot read: {}")

@@ -169,15 +169,14 @@ static const struct entry entries[] = {
     {"nvidia-toolkit", RUN("nct.cli.installer", "main")},
 };
 
-static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_MAX + 40],
-    newpath[2 * PATH_MAX + 64];
+static char exe[PATH_MAX], python[PATH_MAX + 32], conf[PATH_MAX + 16], xdg[PATH_MAX + 40];
 
 
 /* ---- pass-through fast path ------------------------------------------------------------ */
 
 #define CACHE_MAX 16384
 #define MAX_FIELDS 64
-static char cache[CACHE_MAX + 1], keybuf[256], cand[PATH_MAX + 256], found[PATH_MAX + 256];
+static char cache[CACHE_MAX + 1], confbuf[CACHE_MAX + 1], keybuf[256], cand[PATH_MAX + 256], found[PATH_MAX + 256];
 static const char *field[MAX_FIELDS];
 
 /* Decimal text of v appended at p; returns the new end. */
@@ -223,6 +222,31 @@ static const char *getenv_once(char **env, const char *name, int *dup)
     return v;
 }
 
+/* Whether Python would hand env to the runtime unchanged: nct.runtime.main.original_environ
+ * makes a dict of /proc/self/environ, so an entry without `=` or with an empty name is
+ * dropped and of two entries with one name only the last one's value is kept.  Any of these
+ * (or an environment too large to check quickly) sends the call to Python. */
+static int env_plain(char **env)
+{
+    size_t n = 0;
+    for (; env[n]; n++) {
+        const char *eq = env[n];
+        while (*eq && *eq != '=')
+            eq++;
+        if (!*eq || eq == env[n] || n >= 512)
+            return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            const char *a = env[i], *b = env[j];
+            while (*a == *b && *a != '=')
+                a++, b++;
+            if (*a == '=' && *b == '=')
+                return 0;
+        }
+    return 1;
+}
+
 static int subcommand_passes(const char *a)
 {
     static const char *const ok[] = {"state", "start", "kill", "delete", "exec", "ps", "pause", "resume",
@@ -249,25 +273,29 @@ static const char *flag_key(const char *a, char *buf, size_t cap)
 
 /* Whether argv is a pass-through nct.runtime.main handles without writing anything: the
  * first positional (global flags with values skipped, as nct.runtime.argv.is_create does) is
- * a known non-creating subcommand, no token is `create`/`run`/`restore`, and no flag is
- * --version or --debug (those print or log).  Sets *logfile to the engine's --log value (the
- * last one, scanned as nct.runtime.argv.log_args does) or 0. */
+ * a known non-creating subcommand, no token is `create`/`run`/`restore`, and no token is
+ * a --version or --debug flag (those print or log), not even as another flag's value.
+ * Sets *logfile to the engine's --log value (the last one, scanned as
+ * nct.runtime.argv.log_args does) or 0. */
 static int plain_passthrough(long argc, char **argv, const char **logfile)
 {
     static const char *const valued[] = {"root", "log", "log-format", "log-level", "criu", "rootless",
                                          "cgroup-manager", "b", "bundle", 0};
     char key[32];
     *logfile = 0;
-    for (long i = 1; i < argc; i++)
+    for (long i = 1; i < argc; i++) {
         if (seq(argv[i], "create") || seq(argv[i], "run") || seq(argv[i], "restore"))
             return 0;
+        /* anywhere, even as --log's value: nct.runtime.argv.has_version_flag prints the
+         * version for `--log --version state`, where log_args reads a file name */
+        if (argv[i][0] == '-' && (seq(flag_key(argv[i], key, sizeof key), "version") || seq(key, "debug")))
+            return 0;
+    }
     for (long i = 1; i < argc;) {
         const char *a = argv[i++];
         if (a[0] != '-')
             continue;
         flag_key(a, key, sizeof key);
-        if (seq(key, "version") || seq(key, "debug"))
-            return 0;
         if (seq(key, "log") || seq(key, "log-format")) {
             const char *eq = a;
             while (*eq && *eq != '=')
@@ -391,6 +419,29 @@ static const char *find_runtime(const char **names, int count, const char *path,
     return 0;
 }
 
+/* Whether config.toml at path is still what the cache recorded: absent ("-"), or readable
+ * by us (as Python's open) with the recorded identity and exactly the recorded bytes.  The
+ * identity alone is not enough: timestamps are only as fine as the filesystem keeps them
+ * (1 s on ext4 with 128-byte inodes), so a same-size rewrite in the same tick keeps it. */
+static int same_config(const char *path, const char *key, const char *content)
+{
+    long fd = sys3(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return fd == -ENOENT && seq(key, "-");
+    struct kstat st;
+    long got = 0, r = 0, want = (long)slen(content);
+    int ok = sys3(SYS_fstat, fd, (long)&st, 0) == 0 && seq(stat_key(&st), key) && st.size == want;
+    while (ok && got <= want && (r = sys3(SYS_read, fd, (long)confbuf + got, CACHE_MAX + 1 - got)) > 0)
+        got += r;
+    sys3(SYS_close, fd, 0, 0);
+    if (!ok || r != 0 || got != want)
+        return 0;
+    for (long i = 0; i < want; i++)
+        if (confbuf[i] != content[i])
+            return 0;
+    return 1;
+}
+
 /* Every ignored signal back to default and an empty mask, as nct.sigreset does before exec
  * (32 and 33 are glibc's own, which Python cannot touch: left as they are). */
 static void default_signals(void)
@@ -413,7 +464,7 @@ static void default_signals(void)
 static void fast_passthrough(const char *dir, long argc, char **argv, char **env)
 {
     const char *logfile;
-    if (argc < 2 || !plain_passthrough(argc, argv, &logfile))
+    if (argc < 2 || !plain_passthrough(argc, argv, &logfile) || !env_plain(env))
         return;
     /* the cache: a regular file (not a symlink) owned by root or by us, writable by no one else */
     if (!cat3(cand, sizeof cand, dir, "/python/.passthrough-cache", ""))
@@ -435,22 +486,23 @@ static void fast_passthrough(const char *dir, long argc, char **argv, char **env
     if (n <= 0 || cache[n - 1] != '\0')
         return;
     /* NUL-separated fields: magic, toolkit key, NVIDIA_CTK_CONFIG_FILE_PATH, XDG_CONFIG_HOME,
-     * config path, config key ("-": absent), debug file, runtime count, runtimes..., "end" */
+     * config path, config key ("-": absent), config content, debug file, runtime count,
+     * runtimes..., "end" */
     int nf = 0;
     for (long i = 0; i < n && nf < MAX_FIELDS; i++) {
         field[nf++] = cache + i;
         while (cache[i])
             i++;
     }
-    if (nf < 9 || !seq(field[0], "nct-passthrough 1"))
+    if (nf < 10 || !seq(field[0], "nct-passthrough 2"))
         return;
     int count = 0;
-    for (const char *p = field[7]; *p; p++) {
+    for (const char *p = field[8]; *p; p++) {
         if (*p < '0' || *p > '9' || count > 40)
             return;
         count = count * 10 + (*p - '0');
     }
-    if (count < 1 || nf != 9 + count || !seq(field[8 + count], "end"))
+    if (count < 1 || nf != 10 + count || !seq(field[9 + count], "end"))
         return;
     /* the same toolkit (python/ replaced on upgrade: a new marker inode) */
     if (!cat3(cand, sizeof cand, dir, "/python/NCT-TOOLKIT", "") || sys3(SYS_stat, (long)cand, (long)&st, 0) != 0 ||
@@ -463,12 +515,11 @@ static void fast_passthrough(const char *dir, long argc, char **argv, char **env
     const char *path = getenv_once(env, "PATH=", &dup);
     if (dup || !seq(explicit ? explicit : "", field[2]) || !seq(xdg ? xdg : "", field[3]))
         return;
-    long err = sys3(SYS_stat, (long)field[4], (long)&st, 0);
-    if (err == 0 ? !seq(stat_key(&st), field[5]) : (err != -ENOENT || !seq(field[5], "-")))
+    if (!same_config(field[4], field[5], field[6]))
         return;
-    if (!touch_log(field[6]) || !touch_log(logfile))
+    if (!touch_log(field[7]) || !touch_log(logfile))
         return;
-    const char *runtime = find_runtime(field + 8, count, path, argv[0]);
+    const char *runtime = find_runtime(field + 9, count, path, argv[0]);
     if (!runtime)
         return;
     char *args[argc + 1];
@@ -510,13 +561,14 @@ __attribute__((used, force_align_arg_pointer)) void launcher_main(long *sp)
         envc++;
     char *env[envc + 3];
     size_t k = 0;
+    const char *path = "/usr/sbin:/usr/bin:/sbin:/bin";
+    for (size_t i = 0; i < envc; i++)
+        if (prefix(envp[i], "PATH="))
+            path = envp[i] + 5;
+    char newpath[slen(exe) + slen(path) + 8]; /* PATH=<exe>:<path>: any length the kernel took */
     long fd = sys3(SYS_open, (long)conf, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd >= 0) {
         sys3(SYS_close, fd, 0, 0);
-        const char *path = "/usr/sbin:/usr/bin:/sbin:/bin";
-        for (size_t i = 0; i < envc; i++)
-            if (prefix(envp[i], "PATH="))
-                path = envp[i] + 5;
         if (!cat3(xdg, sizeof xdg, "XDG_CONFIG_HOME=", conf, "") ||
             !cat3(newpath, sizeof newpath, "PATH=", exe, ":") ||
             !cat3(newpath + slen(newpath), sizeof newpath - slen(newpath), path, "", ""))

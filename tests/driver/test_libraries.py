@@ -20,6 +20,11 @@ def names(node, kind):
     return [f.name for f in node.files if f.kind == kind]
 
 
+def files_of(node, kind, capabilities):
+    """The files of one kind that discovery tagged with one of `capabilities` (or none)."""
+    return [f for f in node.files if f.kind == kind and (f.capability is None or f.capability in capabilities)]
+
+
 def test_every_catalogue_library_found(make_tree, farm):
     t = make_tree(gpus=1)
     node = discover_node(t.roots, use_nvml=False)
@@ -36,20 +41,20 @@ def test_every_catalogue_library_found(make_tree, farm):
 
 def test_capability_selection(make_tree):
     node = discover_node(make_tree(gpus=1).roots, use_nvml=False)
-    util = {f.name for f in node.files_of("lib", {"utility"})}
+    util = {f.name for f in files_of(node, "lib", {"utility"})}
     assert util == {"libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"}
-    compute = {f.name for f in node.files_of("lib", {"compute"})}
+    compute = {f.name for f in files_of(node, "lib", {"compute"})}
     assert "libcuda.so" in compute and "libnvidia-ml.so" not in compute
-    video = {f.name for f in node.files_of("lib", {"video"})}
+    video = {f.name for f in files_of(node, "lib", {"video"})}
     assert video == set(catalogue.LIBRARIES["video"])
-    graphics = {f.name for f in node.files_of("lib", {"graphics"})}
+    graphics = {f.name for f in files_of(node, "lib", {"graphics"})}
     assert "libGLX_nvidia.so" in graphics and "libnvidia-egl-gbm.so" in graphics
-    assert {f.name for f in node.files_of("bin", {"utility"})} == set(catalogue.BINARIES["utility"])
-    assert {f.name for f in node.files_of("bin", {"compute"})} == set(catalogue.BINARIES["compute"])
-    assert node.files_of("firmware", {"utility"})  # firmware: every GPU container
-    assert {f.container_path for f in node.files_of("config", {"graphics"})} == {
+    assert {f.name for f in files_of(node, "bin", {"utility"})} == set(catalogue.BINARIES["utility"])
+    assert {f.name for f in files_of(node, "bin", {"compute"})} == set(catalogue.BINARIES["compute"])
+    assert files_of(node, "firmware", {"utility"})  # firmware: every GPU container
+    assert {f.container_path for f in files_of(node, "config", {"graphics"})} == {
         "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/etc/vulkan/icd.d/nvidia_icd.json", "/etc/OpenCL/vendors/nvidia.icd"}
-    assert node.files_of("config", {"compute", "utility"}) == []
+    assert files_of(node, "config", {"compute", "utility"}) == []
 
 
 def _recache(t):

@@ -70,13 +70,6 @@ def test_information_garbage(mutate, what):
     assert what in str(e.value)
 
 
-def test_params():
-    p = procfs.parse_params(fx("params"))
-    assert p["ModifyDeviceFiles"] == "1" and p["DeviceFileMode"] == "438" and p["RmMsg"] == '""'
-    with pytest.raises(DiscoveryError, match=r"params:2: expected 'Key: value'"):
-        procfs.parse_params("A: 1\nnonsense\n", "params")
-
-
 def test_devices_frontend_and_plain_nvidia():
     m = procfs.parse_devices(fx("devices.frontend"))
     assert m["nvidia-frontend"] == 195 and m["nvidia-caps"] == 235 and m["nvidia-uvm"] == 505

@@ -33,14 +33,14 @@ def generate(output: str, *extra: str) -> None:
 def run_runc(spec_dir: str, bundle: str, devices: list[str]) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
     from nct.cdi.registry import Registry
-    from nct.oci.bundle import load_bundle_spec, write_bundle_spec
+    from nct.runtime.bundle import read_spec, write_spec
 
     generate(os.path.join(spec_dir, "nvidia.yaml"))
-    spec = load_bundle_spec(bundle)
+    spec = read_spec(os.path.join(bundle, "config.json"), strict=False)
     reg = Registry([spec_dir])
     if reg.errors:
         print("registry errors:", reg.errors, flush=True)
-    write_bundle_spec(bundle, reg.inject(spec, devices))
+    write_spec(os.path.join(bundle, "config.json"), reg.inject(spec, devices))
     cid = f"nct-cdigen-{os.getpid()}"
     state = os.path.join(os.path.dirname(bundle), "runc-state")
     try:

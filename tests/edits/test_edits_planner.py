@@ -396,3 +396,21 @@ def test_spec_all_gives_no_drm_of_mig_enabled_gpu(node_factory):
     assert _dri(edits) == ["/dev/dri/card1", "/dev/dri/renderD128"]
     live = plan(node, req(["all"], caps=("graphics", "compute")), PlanOptions(check_requirements=False))
     assert "/dev/dri/card2" in _dri(live)  # the legacy hook: every GPU, as libnvidia-container
+
+
+def test_spec_device_edits_is_the_cdi_generate_plan(node_factory):
+    """issue 13: `cdi generate` plans in nct.edits (spec_device_edits) and only names and
+    renders: full GPUs without MIG first, then MIG devices, each with its own edits."""
+    from nct.edits.planner import PlanOptions, common_edits, gpu_edits, mig_edits, spec_device_edits
+
+    node = node_factory(3, migs={1: 2})
+    opts = PlanOptions(target="spec", check_requirements=False)
+    common, devices, none = spec_device_edits(node, ("all",), opts)
+    assert common == common_edits(node, None, opts) and none is False
+    gpu0, gpu1, gpu2 = node.gpus
+    assert [d for d, _ in devices] == [gpu0, gpu2, *gpu1.migs]
+    assert devices[0][1] == gpu_edits(node, gpu0, opts) and devices[2][1] == mig_edits(node, gpu1.migs[0], opts)
+    _, devices, none = spec_device_edits(node, ("none",), opts)
+    assert devices == [] and none is True
+    with pytest.raises(RequestError):
+        spec_device_edits(node, ("7",), opts)

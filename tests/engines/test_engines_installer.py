@@ -118,12 +118,22 @@ def test_install_with_real_dockerd_then_signal_restores(tmp_path, dockerd_factor
         rc = inst.stop(sig)
     assert rc == 0, inst.output()
     assert cfg.read_text() == ORIGINAL
-    assert not root.exists() and not pidfile.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.json", "img", "install.log"]
-    # dockerd was told again (it keeps runtimes it has loaded until restarted, when a reloaded
-    # file has no "runtimes" key at all: documented in docs/engines.md)
+    assert not pidfile.exists()
+    # dockerd was told again, but its SIGHUP reload keeps "runtimes" and "default-runtime"
+    # when the reloaded file has no such key: it still defaults to the installed runtime
     assert inst.output().count("sent SIGHUP to docker") == 2
     assert "restored docker configuration" in inst.output()
+    assert d.default_runtime() == "nvidia" and "nvidia" in d.runtimes()
+    # so the toolkit stays (one log line says why) and the node keeps running containers
+    r = d.docker("run", "--rm", "--network=none", image, "/bin/echo", "after-undo", check=False)
+    assert (r.returncode, r.stdout) == (0, "after-undo\n"), r.stderr + d.log_tail()
+    assert f"keeping {root}: dockerd's SIGHUP reload does not forget" in inst.output()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.json", "img", "install.log", "toolkit"]
+    # after docker restarts, the kept toolkit is removed by --uninstall, and nothing else
+    r = nct("install", "--toolkit-root", str(root), "--uninstall")
+    assert r.returncode == 0, r.stderr
+    assert not root.exists() and cfg.read_text() == ORIGINAL
+    assert "sent SIGHUP" not in r.stderr
 
 
 def _sim_missing() -> str | None:
@@ -168,6 +178,8 @@ def test_gpu_container_through_installed_runtime_on_simulated_node(tmp_path, doc
         rc = inst.stop()
     assert rc == 0, inst.output()
     assert cfg.read_text() == ORIGINAL
+    assert (root / "nvidia-container-runtime").exists()  # dockerd still defaults to it (see above)
+    assert nct("install", "--toolkit-root", str(root), "--uninstall").returncode == 0
     assert not root.exists()
 
 

@@ -84,3 +84,20 @@ def test_none_and_bad_modes(tmp_path):
 def test_socket_nobody_listens(tmp_path):
     with pytest.raises(EngineConfigError, match="cannot connect"):
         reload.restart_engine("docker", "signal", str(tmp_path / "none.sock"))
+
+
+def test_run_tool_one_line_errors(tmp_path):
+    """One runner for the engines' tools (systemctl for --restart-mode=systemd, crio status
+    for --config-source command): not found names the flag, a failure its last stderr line."""
+    env = {"PATH": "/usr/bin:/bin"}
+    assert reload.run_tool(["sh", "-c", "echo out"], env=env, timeout=10, needed_by="x") == "out\n"
+    with pytest.raises(EngineConfigError, match=r"^nct-no-such-tool: not found \(needed by --flag\)$"):
+        reload.run_tool(["nct-no-such-tool"], env=env, timeout=10, needed_by="--flag")
+    with pytest.raises(FileNotFoundError):  # None: the caller falls back to another tool
+        reload.run_tool(["nct-no-such-tool"], env=env, timeout=10, needed_by=None)
+    with pytest.raises(EngineConfigError, match=r"^sh -c echo a >&2; echo b >&2; exit 3: failed: b$"):
+        reload.run_tool(["sh", "-c", "echo a >&2; echo b >&2; exit 3"], env=env, timeout=10, needed_by="x")
+    with pytest.raises(EngineConfigError, match=r"^sh -c exit 4: failed: exit status 4$"):
+        reload.run_tool(["sh", "-c", "exit 4"], env=env, timeout=10, needed_by="x")
+    with pytest.raises(EngineConfigError, match=r"^sleep 5: timed out$"):
+        reload.run_tool(["sleep", "5"], env=env, timeout=0.2, needed_by="x")

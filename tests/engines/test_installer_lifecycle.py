@@ -134,7 +134,43 @@ def test_daemon_sigterm_restores_every_file(tmp_path, runtime):
             wait_for(lambda: engine.hups() == 2, "the engine to be told again")
             engine.stop()
     assert rc == 0, inst.output()
+    if runtime == "docker":  # dockerd's SIGHUP reload keeps the runtime: the toolkit stays, said once
+        toolkit = "usr/local/nvidia/toolkit"
+        assert inst.output().count(f"keeping {h / toolkit}: dockerd's SIGHUP reload does not forget") == 1
+        assert all(k == toolkit or k.startswith(toolkit + "/") for k in set(snapshot(h)) - set(before))
+        assert {k: v for k, v in snapshot(h).items() if k in before} == before, inst.output()
+        r = subprocess.run([str(BIN / "nct"), "install", "--toolkit-root", str(h / toolkit), "--uninstall"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
     assert snapshot(h) == before, inst.output()  # config back byte for byte; toolkit, hook, pid file gone
+
+
+def test_docker_restarted_through_systemd_forgets_the_runtime_so_the_toolkit_goes(tmp_path):
+    """With `--restart-mode systemd` dockerd restarts on the restored daemon.json: nothing
+    uses the toolkit any more and the undo removes it."""
+    from .conftest import is_static
+
+    if not is_static("/bin/busybox"):
+        pytest.skip("needs a static busybox (busybox-static)")
+    h, env = host(tmp_path, "docker")
+    (h / "bin").mkdir()
+    (h / "bin/busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    (h / "bin/busybox").chmod(0o755)
+    os.symlink("busybox", h / "bin/sh")
+    (h / "bin/systemctl").write_text('#!/bin/sh\necho "$@" >> /systemctl.log\n')
+    (h / "bin/systemctl").chmod(0o755)
+    before = snapshot(h)
+    env.update(RUNTIME_RESTART_MODE="systemd", HOST_ROOT_MOUNT=str(h))
+    inst = Installer(env, tmp_path / "install.log")
+    try:
+        inst.wait_ready()
+        assert (h / "systemctl.log").read_text() == "restart docker\n"
+    finally:
+        assert inst.stop() == 0, inst.output()
+    assert (h / "systemctl.log").read_text() == "restart docker\nrestart docker\n"
+    (h / "systemctl.log").unlink()
+    assert "keeping" not in inst.output()
+    assert snapshot(h) == before, inst.output()
 
 
 def test_signal_during_setup_still_undoes_everything(tmp_path):

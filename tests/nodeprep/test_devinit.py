@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nct.nodeprep import devinit
-from nct.driver.model import Roots
+from nct.driver.model import DeviceNode, Roots
 
 FIXTURES = Path(__file__).parent.parent / "driver" / "fixtures"  # procfs captures, shared with the discovery tests
 
@@ -75,7 +75,7 @@ def test_init_plan_follows_majors_and_minors():
 
     majors = parse_devices(PROC_DEVICES)
     plan = devinit.init_plan("/r", majors, [0, 5], caps=[(1, 0o400), (12, 0o444)], imex=[3])
-    got = [(n.path, n.major, n.minor, n.mode) for n in plan]
+    got = [(n.host_path, n.major, n.minor, n.mode) for n in plan]
     assert got == [
         ("/r/dev/nvidiactl", 195, 255, 0o666),
         ("/r/dev/nvidia0", 195, 0, 0o666),
@@ -87,10 +87,10 @@ def test_init_plan_follows_majors_and_minors():
         ("/r/dev/nvidia-uvm-tools", 234, 1, 0o666),
         ("/r/dev/nvidia-modeset", 195, 254, 0o666),
     ]
-    assert all(n.root == "/r" for n in plan)
+    assert all(n.host_path == "/r" + n.path and devinit.dev_root_of(n) == "/r" for n in plan)
     # no uvm major (module not loaded): no uvm nodes; no modeset module: no modeset node
     only_nvidia = {"nvidia": 195}
-    paths = [n.path for n in devinit.init_plan("/", only_nvidia, [0], modeset=False, caps=[(1, 0o400)], imex=[0])]
+    paths = [n.host_path for n in devinit.init_plan("/", only_nvidia, [0], modeset=False, caps=[(1, 0o400)], imex=[0])]
     assert paths == ["/dev/nvidiactl", "/dev/nvidia0"]
     assert devinit.init_plan("/", {}, [0, 1]) == []
 
@@ -101,17 +101,17 @@ def test_one_node_planner_for_load_kmods_and_the_system_commands():
     from nct.driver.procfs import parse_devices
 
     majors = parse_devices(PROC_DEVICES)
-    control = [(n.path, n.major, n.minor) for n in devinit.control_device_nodes("/r", majors, "/p")]
+    control = [(n.host_path, n.major, n.minor) for n in devinit.control_device_nodes("/r", majors, "/p")]
     assert sorted(control) == [("/r/dev/nvidia-modeset", 195, 254), ("/r/dev/nvidia-uvm", 234, 0),
                                ("/r/dev/nvidia-uvm-tools", 234, 1), ("/r/dev/nvidiactl", 195, 255)]
-    assert control == [(n.path, n.major, n.minor) for n in devinit.init_plan("/r", majors, [])]
+    assert control == [(n.host_path, n.major, n.minor) for n in devinit.init_plan("/r", majors, [])]
     mig = {"config": 1, "monitor": 2, "gpu0/gi0/access": 3, "gpu0/gi0/ci0/access": 4, "gpu1/gi0/access": 21}
-    every = {n.path for n in devinit.all_possible_device_nodes("/r", majors, mig, 2, "/p")}
+    every = {n.host_path for n in devinit.all_possible_device_nodes("/r", majors, mig, 2, "/p")}
     assert every == {p for p, _, _ in control} | {"/r/dev/nvidia0", "/r/dev/nvidia1"} | {
         f"/r/dev/nvidia-caps/nvidia-cap{m}" for m in (1, 2, 3, 4, 21)}
     with pytest.raises(devinit.NodeError, match="^/p/devices: no 'nvidia-uvm' device major"):
         devinit.control_device_nodes("/r", {"nvidia": 195}, "/p")
-    assert [n.path for n in devinit.init_plan("/r", {"nvidia": 195}, [])] == ["/r/dev/nvidiactl", "/r/dev/nvidia-modeset"]
+    assert [n.host_path for n in devinit.init_plan("/r", {"nvidia": 195}, [])] == ["/r/dev/nvidiactl", "/r/dev/nvidia-modeset"]
 
 
 def test_imex_ids():
@@ -123,7 +123,7 @@ def test_missing_nodes(tmp_path):
     (tmp_path / "dev" / "nvidiactl").write_text("")
     (tmp_path / "dev" / "nvidia-uvm").symlink_to(tmp_path / "nowhere")
     plan = devinit.init_plan(str(tmp_path), {"nvidia": 195, "nvidia-uvm": 500}, [0], modeset=False)
-    assert [Path(n.path).name for n in devinit.missing_nodes(plan)] == ["nvidia0", "nvidia-uvm-tools"]
+    assert [Path(n.host_path).name for n in devinit.missing_nodes(plan)] == ["nvidia0", "nvidia-uvm-tools"]
 
 
 def test_modprobe_argv():
@@ -141,11 +141,11 @@ def test_modprobe_argv():
 def test_create_node_mode_and_rdev(tmp_path):
     old = os.umask(0o077)
     try:
-        node = devinit.DevNode(str(tmp_path / "dev/nvidia-caps/nvidia-cap3"), 235, 3, 0o444, str(tmp_path))
+        node = DeviceNode("/dev/nvidia-caps/nvidia-cap3", str(tmp_path / "dev/nvidia-caps/nvidia-cap3"), 235, 3, 0o444)
         assert devinit.create_node(node) is True
     finally:
         os.umask(old)
-    st = os.lstat(node.path)
+    st = os.lstat(node.host_path)
     assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o444
     assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (235, 3)
     assert stat.S_IMODE(os.stat(tmp_path / "dev/nvidia-caps").st_mode) == 0o755
@@ -160,16 +160,16 @@ def test_create_node_never_follows_symlinks(tmp_path):
     elsewhere.mkdir()
     # a dangling symlink at the node's path: left alone, nothing made at its target
     (root / "dev/nvidia-uvm").symlink_to(elsewhere / "uvm")
-    assert devinit.create_node(devinit.DevNode(str(root / "dev/nvidia-uvm"), 234, 0, 0o666, str(root))) is False
+    assert devinit.create_node(DeviceNode("/dev/nvidia-uvm", str(root / "dev/nvidia-uvm"), 234, 0, 0o666)) is False
     assert os.path.islink(root / "dev/nvidia-uvm") and not os.path.lexists(elsewhere / "uvm")
     # a symlinked directory below the dev root is refused, not followed
     (root / "dev/nvidia-caps").symlink_to(elsewhere)
     with pytest.raises(OSError):
-        devinit.create_node(devinit.DevNode(str(root / "dev/nvidia-caps/nvidia-cap1"), 235, 1, 0o400, str(root)))
+        devinit.create_node(DeviceNode("/dev/nvidia-caps/nvidia-cap1", str(root / "dev/nvidia-caps/nvidia-cap1"), 235, 1, 0o400))
     assert list(elsewhere.iterdir()) == []
     # a regular file is "something at the path" too
     (root / "dev/nvidiactl").write_text("x")
-    assert devinit.create_node(devinit.DevNode(str(root / "dev/nvidiactl"), 195, 255, 0o666, str(root))) is False
+    assert devinit.create_node(DeviceNode("/dev/nvidiactl", str(root / "dev/nvidiactl"), 195, 255, 0o666)) is False
     assert (root / "dev/nvidiactl").read_text() == "x"
 
 

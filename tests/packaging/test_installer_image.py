@@ -438,16 +438,15 @@ def test_operator_pod_configures_docker(case, node, gpu_images):
 
     c.stop_pod()
     assert G.snapshot(c.hp("/etc/docker")) == before
-    assert not toolkit.exists() and not c.hp("/run/nvidia/toolkit/toolkit.pid").exists()
+    assert not c.hp("/run/nvidia/toolkit/toolkit.pid").exists()
     # The node must stay usable.  dockerd's SIGHUP reload keeps the values of keys that are
     # gone from daemon.json ("runtimes", "default-runtime"), so it still runs containers
-    # through the nvidia runtime, whose files the undo removed.  (Upstream's installer leaves
-    # its toolkit dir in place on SIGTERM, so this does not bite it.)
+    # through the nvidia runtime: the installer keeps the toolkit dir and says why.
+    assert engine.docker("info", "--format", "{{.DefaultRuntime}}").stdout.strip() == "nvidia"
     r = engine.docker("run", "--rm", "--network", "none", "nct-gpu:test", "true")
-    if r.returncode != 0 and "nvidia-container-runtime: no such file" in r.stderr:
-        pytest.xfail("after the pod's SIGTERM dockerd still defaults to the removed nvidia runtime "
-                     "(SIGHUP reload keeps runtimes/default-runtime): docker run fails until dockerd restarts")
     assert r.returncode == 0, r.stderr
+    assert (toolkit / "nvidia-container-runtime").exists()
+    assert f"keeping {toolkit}: dockerd's SIGHUP reload does not forget" in c.logs()
 
 
 CRIO_CONF = '# CRI-O on a GPU node\n[crio.runtime]\ndefault_runtime = "runc"\n'

@@ -11,6 +11,7 @@ from nct.config.model import (
 )
 from nct.driver.model import ALL_CAPABILITIES
 from nct.errors import RequestError
+from nct.request.model import is_qualified_cdi_name
 from nct.request.parse import go_parse_bool, go_semver_compare, legacy_cuda_requirement, request_from_spec
 
 DEFAULT = Config()
@@ -88,7 +89,7 @@ def test_request_fields():
     assert r.source == "env" and not r.privileged and r.env["FOO"] == "a=b"
     assert r.capabilities == frozenset({"compute", "utility"})
     assert r.requirements == () and r.mig_config is None and r.imex_channels == () and r.gated_modes == ()
-    assert r.cdi_names == ()
+    assert not any(is_qualified_cdi_name(d) for d in r.devices)
 
 
 # --- privilege ---------------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def test_annotations():
     r = request_from_spec(s, MOUNT_CFG, runtime=True)
     assert r.devices == ("nvidia.com/gpu=0", "vendor.com/x=y", "nvidia.com/gpu=1")
     assert r.source == "annotations"
-    assert r.cdi_names == r.devices
+    assert all(is_qualified_cdi_name(d) for d in r.devices)
     assert request_from_spec(s, MOUNT_CFG).devices == ("3",)  # the hook ignores annotations
     assert request_from_spec(s, MOUNT_CFG, runtime=True, annotations=False).devices == ("3",)
     assert request_from_spec(s, cfg(annotation_prefixes=()), runtime=True).devices == ("all",)

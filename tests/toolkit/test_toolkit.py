@@ -144,3 +144,15 @@ def test_committed_runtime_and_profile_match_their_sha256():
                                       "cpython-3.11.2-pgo-profile.tar.xz.sha256"}
     for p in sums:
         subprocess.run(["sha256sum", "-c", "--quiet", p.name], cwd=prebuilt, check=True)
+
+
+def test_installed_toolkit_root_takes_a_long_path(toolkit, tmp_path):
+    """An `nct install` root (with .config) puts its own directory first on PATH: a PATH of
+    any length the kernel accepts still works (it used to die "path too long" past ~8 KiB,
+    for every command)."""
+    tree = tmp_path / "tk"
+    shutil.copytree(toolkit, tree, symlinks=True)
+    (tree / ".config").mkdir()
+    long_path = ":".join(f"/nonexistent/{i:05d}" for i in range(5000)) + ":/usr/bin:/bin"
+    r = subprocess.run([str(tree / "nct"), "--version"], capture_output=True, text=True, env={"PATH": long_path})
+    assert r.returncode == 0 and "launcher" not in r.stderr, r.stderr

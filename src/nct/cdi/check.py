@@ -371,14 +371,6 @@ def parse_fingerprint(value: str) -> dict[str, str]:
     return out
 
 
-def node_record(node: Node) -> dict[str, str]:
-    """The annotations older nct versions wrote (generate no longer does; tests use it to
-    make such specs)."""
-    fp = node_fingerprint(node)
-    return {DRIVER_VERSION_ANNOTATION: node.driver_version,
-            FINGERPRINT_ANNOTATION: ",".join(f"{k}:{v}" for k, v in fp.items())}
-
-
 # --- the command -----------------------------------------------------------------------------------
 
 def find_stale(opts: CheckOptions, warnings: list[str] | None = None) -> list[CheckResult]:

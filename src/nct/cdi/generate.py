@@ -225,30 +225,25 @@ def _plan_options(no_gids: bool, compat32: bool = False):
 def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...], disabled: frozenset[str],
              *, hook_path: str = DEFAULT_HOOK_PATH, no_gids: bool = False, compat32: bool = False) -> Plan:
     """nvml mode: one entry per GPU (MIG disabled) and per MIG device, per name strategy."""
-    from nct.edits.planner import common_edits, gpu_edits, mig_edits
+    from nct.edits.planner import spec_device_edits
 
     for s in strategies:
         if s not in ("index", "uuid", "type-index"):
             raise NctError(f"invalid device name strategy {s!r} (index, uuid, type-index)")
-    popts = _plan_options(no_gids, compat32)
     plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
-    common = common_edits(node, None, popts)
-    plan.common = common
-    selection = select_for_spec(node, device_ids)
-    gpus, migs, none = selection.gpus, selection.migs, selection.none
+    plan.common, devices, none = spec_device_edits(node, device_ids, _plan_options(no_gids, compat32))
     chmod = "chmod" not in disabled
-    for gpu in gpus:
-        edits = gpu_edits(node, gpu, popts)
-        if chmod and any(d.path.startswith("/dev/dri/") for d in edits.device_nodes):
-            edits.hooks.append(cdi_hook("chmod", ("--mode", "755", "--path", "/dev/dri"), HookOptions(hook_path)))
-        for name in gpu_names(gpu, strategies):
-            plan.devices.append((name, edits))
-    for mig in migs:
-        edits = mig_edits(node, mig, popts)
-        names = mig_names(mig, strategies)
-        if "uuid" in strategies and not mig.uuid:
-            plan.warnings.append(f"MIG device {mig.index_name} has no UUID (NVML unavailable): "
-                                 "no uuid-named entry for it")
+    for dev, edits in devices:
+        if isinstance(dev, Gpu):
+            # rendering: the spec opens /dev/dri to the container's users with a hook
+            if chmod and any(d.path.startswith("/dev/dri/") for d in edits.device_nodes):
+                edits.hooks.append(cdi_hook("chmod", ("--mode", "755", "--path", "/dev/dri"), HookOptions(hook_path)))
+            names = gpu_names(dev, strategies)
+        else:
+            names = mig_names(dev, strategies)
+            if "uuid" in strategies and not dev.uuid:
+                plan.warnings.append(f"MIG device {dev.index_name} has no UUID (NVML unavailable): "
+                                     "no uuid-named entry for it")
         for name in names:
             plan.devices.append((name, edits))
     if none:
@@ -256,15 +251,6 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
     if not plan.devices:
         raise RequestError("no GPUs or MIG devices found on the node to generate CDI devices for")
     return plan
-
-
-def select_for_spec(node: Node, device_ids: tuple[str, ...]):
-    """--device-id: all (full GPUs without MIG, and every MIG device), none, a GPU index or
-    GPU- UUID, a MIG- UUID or i:j (PCI bus ids are not accepted, as upstream), in node
-    order (nct.edits.select); RequestError naming the first unknown id."""
-    from nct.edits.select import select_devices
-
-    return select_devices(node, device_ids, spec=True)
 
 
 def gpu_names(gpu: Gpu, strategies: tuple[str, ...]) -> list[str]:
@@ -338,6 +324,6 @@ def finish_spec(spec: dict, cap: str | None) -> dict:
 
 __all__ = [
     "GenerateOptions", "Plan", "generate", "generate_spec", "roots_for", "resolve_hook_path", "disabled_hooks",
-    "discover_for_generate", "gpu_plan", "management_plan", "imex_plan", "class_plan", "select_for_spec",
+    "discover_for_generate", "gpu_plan", "management_plan", "imex_plan", "class_plan",
     "render_plan",
 ]

@@ -71,25 +71,5 @@ def parse_kind(kind: str) -> tuple[str, str]:
     return vendor, cls
 
 
-def parse_qualified_name(qualified: str) -> tuple[str, str, str]:
-    """`vendor/class=name` -> (vendor, class, name); SpecError when malformed."""
-    if "/" not in qualified or "=" not in qualified.split("/", 1)[1]:
-        raise SpecError(f"unqualified CDI device name {qualified!r}, should be vendor/class=name")
-    vendor, rest = qualified.split("/", 1)
-    cls, name = rest.split("=", 1)
-    err = vendor_error(vendor) or class_error(cls) or device_name_error(name)
-    if err:
-        raise SpecError(f"invalid CDI device name {qualified!r}: {err}")
-    return vendor, cls, name
-
-
-def is_qualified_name(s: str) -> bool:
-    try:
-        parse_qualified_name(s)
-    except SpecError:
-        return False
-    return True
-
-
 def qualified_name(vendor: str, cls: str, name: str) -> str:
     return f"{vendor}/{cls}={name}"

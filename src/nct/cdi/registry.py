@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
     from nct.cdi.spec import DocCheck
 
-from nct.cdi.names import qualified_name
 from nct.cdi.spec import SPEC_EXTENSIONS, Spec, load_spec
 from nct.errors import SpecError
 
@@ -49,8 +48,7 @@ class Registry(Record, frozen=False):
                     self.errors.append(str(e))
                     continue
                 self.specs.append(spec)
-                for dev in spec.raw["devices"]:
-                    qn = qualified_name(spec.vendor, spec.cls, dev["name"])
+                for qn, dev in zip(spec.qualified_names(), spec.raw["devices"]):
                     old = self.devices.get(qn)
                     if old is not None and old[0].priority > prio:
                         continue

@@ -139,27 +139,11 @@ def state_root(container_spec: str | None) -> str:
     from nct import jsonio
     from nct.container.hooks import container_root
     from nct.errors import ContainerError
-    from nct.limits import read_document
 
-    where = "container state on stdin"
-    try:
-        if container_spec and container_spec != "-":
-            where = container_spec
-            with open(container_spec, "rb") as f:
-                data = read_document(f)
-        else:
-            data = read_document(sys.stdin.buffer)
-    except OSError as e:
-        raise ContainerError(f"{where}: {e.strerror}") from None
-    except ValueError as e:
-        raise ContainerError(f"{where}: {e}") from None
-    try:
-        state = jsonio.loads(data)
-    except ValueError as e:
-        raise ContainerError(f"{where}: invalid JSON: {e}") from None
-    if not isinstance(state, dict):
-        raise ContainerError(f"{where}: not a JSON object")
-    if container_spec and container_spec != "-" and "bundle" not in state:
+    from_file = container_spec and container_spec != "-"
+    state = jsonio.read_object(container_spec if from_file else None, ContainerError,
+                               where=None if from_file else "container state on stdin", not_object="not a JSON object")
+    if from_file and "bundle" not in state:
         return container_root(None, container_spec)
     return container_root(state)
 

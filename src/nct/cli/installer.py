@@ -129,7 +129,6 @@ FLAGS: tuple[Flag, ...] = (
     _f("python", "--python", "", default="", hidden=True),
     _f("uninstall", "--uninstall", "", "bool", False, hidden=True),
 )
-BY_DEST = {f.dest: f for f in FLAGS}
 TRUE = ("1", "t", "T", "true", "TRUE", "True")
 FALSE = ("0", "f", "F", "false", "FALSE", "False")
 

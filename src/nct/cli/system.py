@@ -18,7 +18,7 @@ import click
 from nct.cli.errors import fail
 from nct.nodeprep.devinit import (  # noqa: F401 (re-exported: the node logic lives in devinit)
     ensure_dev_char_links, load_modules, make_device_nodes,
-    MODULES, DevNode, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
+    MODULES, NodeError, all_possible_device_nodes, control_device_nodes, count_gpus, create_node,
     existing_device_nodes, modprobe_argv, read_majors, read_mig_minors, run_modprobe,
 )
 from nct.driver.rootpath import proc_root

@@ -165,20 +165,6 @@ def parse_ldcache(data: bytes, path: str = "ld.so.cache") -> LdCache:
     return LdCache(path, "old", tuple(old))
 
 
-def parse_old_entries(data: bytes, path: str = "ld.so.cache") -> list[CacheEntry]:
-    """The old-format entries only, even when a new-format cache follows (for tests/tools)."""
-    if not data.startswith(OLD_MAGIC) or len(data) < 16:
-        raise DiscoveryError(f"{path}: not an old-format ld.so.cache")
-    (nlibs,) = struct.unpack_from("<I", data, 12)
-    end = 16 + nlibs * 12
-    if end > len(data):
-        raise DiscoveryError(f"{path}: corrupt ld.so.cache ({nlibs} entries do not fit in {len(data)} bytes)")
-    return [
-        CacheEntry(_cstr(data, end + k, path), _cstr(data, end + v, path), f & 0xFFFFFFFF)
-        for f, k, v in (struct.unpack_from("<iII", data, 16 + i * 12) for i in range(nlibs))
-    ]
-
-
 def read_ldcache(path: str, display: str | None = None) -> LdCache:
     """Read and parse a cache file; `display` is the name used in errors (default: path)."""
     name = display or path

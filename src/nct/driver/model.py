@@ -119,10 +119,3 @@ class Node(Record):
     nvml: bool = False  # whether NVML added facts
     nvml_error: str | None = None  # why it did not, when it was asked
     lib_dirs: tuple[str, ...] = ()  # host dirs holding the native driver libraries
-
-    def files_of(self, kind: str, capabilities: "set[str] | None" = None) -> list[DriverFile]:
-        """Driver files of one kind, optionally only those a capability set selects."""
-        return [
-            f for f in self.files
-            if f.kind == kind and (capabilities is None or f.capability is None or f.capability in capabilities)
-        ]

@@ -13,7 +13,6 @@ from nct.record import Record
 
 # Paths relative to the proc root.
 VERSION_FILE = "driver/nvidia/version"
-PARAMS_FILE = "driver/nvidia/params"
 GPUS_DIR = "driver/nvidia/gpus"
 CAPABILITIES_DIR = "driver/nvidia/capabilities"
 MIG_MINORS_FILE = "driver/nvidia-caps/mig-minors"
@@ -136,11 +135,6 @@ def _key_values(text: str, path: str) -> list[tuple[int, str, str]]:
             raise _fail(path, lineno, f"expected 'Key: value', got {line.strip()[:60]!r}")
         rows.append((lineno, key.strip(), value.strip()))
     return rows
-
-
-def parse_params(text: str, path: str = PARAMS_FILE) -> dict[str, str]:
-    """/proc/driver/nvidia/params: 'Name: value' lines, values kept as strings."""
-    return {k: v for _, k, v in _key_values(text, path)}
 
 
 def _int(value: str, path: str, lineno: int, key: str) -> int:

@@ -191,6 +191,18 @@ def mig_edits(node: Node, mig: MigDevice, options: PlanOptions | None = None) ->
     return b.edits
 
 
+def spec_device_edits(node: Node, device_ids, options: PlanOptions | None = None
+                      ) -> tuple[ContainerEdits, list[tuple[Gpu | MigDevice, ContainerEdits]], bool]:
+    """A GPU CDI spec's plan (`cdi generate`): the common edits, then each device
+    --device-id selects (the selector's spec flavour: full GPUs without MIG, then MIG
+    devices) with its own edits, and whether `none` was asked. Names are the renderer's."""
+    common = common_edits(node, None, options)
+    selection = select_devices(node, device_ids, spec=True)
+    devices: list[tuple[Gpu | MigDevice, ContainerEdits]] = [(g, gpu_edits(node, g, options)) for g in selection.gpus]
+    devices += [(m, mig_edits(node, m, options)) for m in selection.migs]
+    return common, devices, selection.none
+
+
 def mig_admin_edits(node: Node, selection: Selection, which: str, value: str,
                     options: PlanOptions | None = None, *, flag: str | None = None) -> ContainerEdits:
     """NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES (`which` = "config" | "monitor"): only

@@ -37,19 +37,24 @@ class Installed(Record, frozen=False):
     def add_file(self, path: Path) -> None:
         self.files.append(str(path))
 
-    def remove(self) -> None:
+    def remove(self, base: str) -> None:
+        """Remove what was made; below `base` (the toolkit dir) never through a symlink, and
+        no file or tree outside it (a tampered manifest cannot name host files)."""
+        from nct.engines.files import remove_beneath
+
         for f in reversed(self.files):
-            try:
-                os.unlink(f)
-            except FileNotFoundError:
-                pass
+            remove_beneath(base, f, "file")
         for t in self.trees:
-            shutil.rmtree(t, ignore_errors=True)
+            remove_beneath(base, t, "tree")
         for d in sorted(self.dirs, key=len, reverse=True):
-            try:
-                os.rmdir(d)  # only when empty: never what someone else put there
-            except OSError:
-                pass
+            rel = os.path.relpath(os.path.abspath(d), os.path.abspath(base))
+            if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+                try:
+                    os.rmdir(d)  # only when empty: never what someone else put there
+                except OSError:
+                    pass
+            else:
+                remove_beneath(base, d, "dir")
 
 
 def base_python() -> str:
@@ -90,8 +95,10 @@ def dependency_closure(root: str = "nct") -> list[metadata.Distribution]:
 def copy_library(dest: Path, installed: Installed) -> None:
     """nct itself (from its source tree: it may be an editable install) and its deps,
     byte-compiled so the first runs of the runtime shim are as fast as later ones."""
-    if dest.exists():
-        shutil.rmtree(dest)
+    from nct.engines.files import remove_beneath, unlink_links
+
+    unlink_links(str(dest.parent.parent), str(dest))  # dest is root/lib/python
+    remove_beneath(str(dest.parent.parent), str(dest), "tree")
     installed.mkdir(dest)
     installed.trees.append(str(dest))
     pkg = Path(nct.__file__).resolve().parent
@@ -159,8 +166,13 @@ def write_wrappers(bin_dir: Path, lib: Path, python: str, installed: Installed,
         module, _, func = target.partition(":")
         path = bin_dir / name
         tmp = bin_dir / f".{name}.tmp"
-        tmp.write_text(WRAPPER.format(python=python, name=name, lib=str(lib), env=env, module=module, func=func))
-        tmp.chmod(0o755)
+        text = WRAPPER.format(python=python, name=name, lib=str(lib), env=env, module=module, func=func)
+        if tmp.is_symlink():  # never written through
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            os.fchmod(f.fileno(), 0o755)
         os.replace(tmp, path)
         installed.add_file(path)
         made.append(path)

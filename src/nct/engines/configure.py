@@ -6,7 +6,6 @@ since, and otherwise removes just what we added."""
 from __future__ import annotations
 
 import os
-import subprocess
 from nct.record import Record, field
 
 from nct.engines import containerd, crio, docker
@@ -15,8 +14,8 @@ from nct.engines.files import (
     save_state, state_path, unified_diff,
 )
 from nct.engines.model import Edit, EngineRequest
+from nct.engines.reload import run_tool
 from nct.errors import EngineConfigError
-from nct.sigreset import default_signals
 
 MODULES = {"docker": docker, "containerd": containerd, "crio": crio}
 
@@ -73,19 +72,8 @@ def source_text(req: EngineRequest) -> str | None:
 
 
 def _run(cmd: list[str]) -> str:
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_host_env(),
-                             preexec_fn=default_signals)
-    except FileNotFoundError:
-        if cmd[0].startswith("crio"):
-            raise
-        raise EngineConfigError(f"{cmd[0]}: not found (needed by --config-source command)") from None
-    except subprocess.TimeoutExpired:
-        raise EngineConfigError(f"{' '.join(cmd)}: timed out") from None
-    if res.returncode != 0:
-        err = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
-        raise EngineConfigError(f"{' '.join(cmd)}: failed: {err}")
-    return res.stdout
+    return run_tool(cmd, env=_host_env(), timeout=60,
+                    needed_by=None if cmd[0].startswith("crio") else "--config-source command")
 
 
 def _host_env() -> dict[str, str]:
@@ -119,16 +107,35 @@ def plan_unconfigure(req: EngineRequest) -> Plan:
                 plan.files[path] = module.remove(req, path, text, {})
         return plan
     changes = state.get("changes", {})
-    for path, entry in state.get("files", {}).items():
+    file_dirs, dirs = _state_bounds(req)
+    for path, entry in (state.get("files") or {}).items():
+        if not isinstance(path, str) or not isinstance(entry, dict) or os.path.dirname(path) not in file_dirs:
+            continue  # a state file is a host file: it may name only the engine's own config dirs
         current = read_text(path)
         if digest(current) == entry.get("written"):
-            plan.files[path] = entry.get("original")
-            if entry.get("backup"):
-                plan.drop_backups.append(entry["backup"])
+            original = entry.get("original")
+            plan.files[path] = original if isinstance(original, str) else None
+            if entry.get("backup") == path + ".bak":
+                plan.drop_backups.append(path + ".bak")
         else:
             plan.files[path] = module.remove(req, path, current, changes)
-    plan.drop_dirs = list(reversed(state.get("dirs", [])))
+    plan.drop_dirs = [d for d in reversed(state.get("dirs") or []) if isinstance(d, str) and d in dirs]
     return plan
+
+
+def _state_bounds(req: EngineRequest) -> tuple[set[str], set[str]]:
+    """What an unconfigure may touch: files in the config's and the drop-in's dirs, and those
+    dirs and their parents (the dirs a configure made); whatever else a state file lists is
+    ignored, so a planted state cannot make the undo write or remove other host files."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+    for path in filter(None, (req.config, req.drop_in)):
+        d = os.path.dirname(os.path.abspath(path))
+        files.add(d)
+        while d not in dirs and d != os.path.dirname(d):
+            dirs.add(d)
+            d = os.path.dirname(d)
+    return files, dirs
 
 
 def apply(plan: Plan) -> list[str]:
@@ -161,8 +168,8 @@ def apply(plan: Plan) -> list[str]:
             before = read_text(path)
             entry = state["files"][path] = {"original": before, "backup": None}
             bak = path + ".bak"
-            if path == req.config and before is not None and not os.path.exists(bak):
-                atomic_write(bak, before, os.stat(path).st_mode & 0o7777)
+            if path == req.config and before is not None and (os.path.islink(bak) or not os.path.exists(bak)):
+                atomic_write(bak, before, os.stat(path).st_mode & 0o7777, follow=False)
                 entry["backup"] = bak
         entry["written"] = digest(text)
     state["changes"] = merge_changes(state.get("changes", {}), plan.changes)

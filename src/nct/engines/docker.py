@@ -19,6 +19,8 @@ def load(text: str | None, path: str) -> dict:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise EngineConfigError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise EngineConfigError(f"{path}: JSON nested too deeply (not a daemon.json)") from None
     if not isinstance(cfg, dict):
         raise EngineConfigError(f"{path}: top level is not a JSON object")
     return cfg

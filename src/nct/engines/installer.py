@@ -159,7 +159,7 @@ def validate(opts: InstallOptions) -> list[str]:
         raise EngineConfigError(f"invalid restart mode {opts.restart_mode!r}: want signal, systemd or none")
     if opts.crio_config_mode not in ("config", "hook"):
         raise EngineConfigError(f"invalid cri-o config mode {opts.crio_config_mode!r}: want config or hook")
-    for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"),
+    for p, what in ((opts.config, "--config"), (opts.drop_in, "--drop-in-config"), (opts.host_root, "--host-root"),
                     (opts.drop_in_host_path, "--drop-in-config-host-path"), (opts.crio_hooks_dir, "--hooks-dir")):
         if p and not os.path.isabs(p):
             raise EngineConfigError(f"{what} {p}: must be an absolute path")
@@ -213,10 +213,19 @@ class Installation(Record, frozen=False):
             raise EngineConfigError(f"{path}: no nct installation found there")
         try:
             data = json.loads(text)
-            return cls(InstallOptions(**data["options"]), Installed(**data["installed"]),
-                       data["engine_configured"], data.get("hook_file"), list(data.get("cdi_specs") or []))
+            opts = InstallOptions(**data["options"])
+            inst = cls(opts, Installed(**data["installed"]), data["engine_configured"], data.get("hook_file"),
+                       list(data.get("cdi_specs") or []))
         except (ValueError, KeyError, TypeError):
             raise EngineConfigError(f"{path}: corrupt install manifest") from None
+        # what it removes is bounded by the dir it was found in, whatever the file says: the
+        # toolkit dir asked for, CDI specs and the hook by their file type (CDI and CRI-O read
+        # only those), never any other host file
+        opts.toolkit_dir = toolkit_dir
+        inst.cdi_specs = [p for p in inst.cdi_specs if isinstance(p, str) and p.endswith((".yaml", ".json"))]
+        if not (isinstance(inst.hook_file, str) and inst.hook_file.endswith(".json")):
+            inst.hook_file = None
+        return inst
 
 
 # --- the pid file -------------------------------------------------------------------------
@@ -242,6 +251,11 @@ def lock_pid_file(path: str) -> PidLock:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise EngineConfigError(f"{path}: cannot open the pid file: {e.strerror or e}") from None
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted there
+        os.close(fd)
+        raise EngineConfigError(f"{path}: the pid file is not a regular file; remove it")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -406,7 +420,7 @@ def low_level_runtimes(engine: str, text: str | None) -> list[str]:
                 ctd = cri.get("containerd") or {}
                 runtimes, default = ctd.get("runtimes") or {}, ctd.get("default_runtime_name")
                 binary = lambda r: (r.get("options") or {}).get("BinaryName")  # noqa: E731
-    except (ValueError, AttributeError, EngineConfigError):
+    except (ValueError, AttributeError, RecursionError, EngineConfigError):  # configure names the error
         runtimes, default, binary = {}, None, None
     names = ([default] if isinstance(default, str) and default and not default.startswith("nvidia") else [])
     for name in names + ["runc", "crun"]:
@@ -442,6 +456,9 @@ def install_toolkit(opts: InstallOptions, inst: Installation) -> None:
         copy_library(lib, inst.installed)
         write_wrappers(root, lib, opts.python or base_python(), inst.installed, config_home=root / ".config")
     cfg = root / CONFIG_REL
+    from nct.engines.files import unlink_links
+
+    unlink_links(str(root), str(cfg))  # config.toml never lands outside the toolkit dir
     inst.installed.mkdir(cfg.parent)
     from nct.fileio import atomic_write
 
@@ -521,6 +538,8 @@ def configure_engine(opts: InstallOptions, inst: Installation, source: str | Non
         atomic_write(path, text.encode(), mode=0o644, keep_owner=False)
         inst.log.append(f"wrote the OCI hook {path}")
         return  # CRI-O reads hooks.d for every new container: no restart needed
+    if opts.drop_in and os.path.islink(opts.drop_in):  # nct's own file: never written through a link
+        raise EngineConfigError(f"{opts.drop_in}: the drop-in is a symbolic link; remove it (nct writes a plain file)")
     req = engine_request(opts)
     plan = plan_configure(req, source)
     inst.engine_configured = True
@@ -571,9 +590,32 @@ def install(inst: Installation) -> Installation:
     return inst
 
 
+def runtime_still_loaded(opts: InstallOptions) -> str:
+    """Why the engine may still start containers through the installed runtime after its
+    config is restored ("" when it cannot): dockerd's SIGHUP reload keeps the values of keys
+    the file no longer has (`runtimes`, `default-runtime`; seen on dockerd 20.10), so after
+    the undo it would default to a removed binary until it restarts.  containerd exits on
+    SIGHUP and its supervisor starts it on the restored file; `systemd` restarts the engine;
+    CRI-O re-reads hooks.d for every container; `none` never made the engine load it."""
+    if opts.runtime == "docker" and opts.restart_mode == "signal":
+        return ("dockerd's SIGHUP reload does not forget the nvidia runtime (nor its default-runtime), "
+                "so it keeps using these files until docker restarts")
+    return ""
+
+
+def _engine_files_name(opts: InstallOptions) -> bool:
+    """Whether the engine's files (as they are now) name the toolkit dir; True when unreadable."""
+    try:
+        return any(opts.toolkit_dir in (read_text(p) or "") for p in (opts.config, opts.drop_in) if p)
+    except NctError:
+        return True
+
+
 def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     """Undo an install: engine config back (original bytes), engine restarted, hook and specs
-    removed, toolkit files removed.  Created device nodes stay (containers may use them)."""
+    removed, toolkit files removed, unless the engine still has the runtime loaded (see
+    runtime_still_loaded): then the toolkit dir stays, with a manifest that `--uninstall`
+    removes it by.  Created device nodes stay (containers may use them)."""
     from nct.engines.configure import apply, plan_unconfigure
     from nct.engines.reload import restart_engine
 
@@ -582,17 +624,27 @@ def uninstall(inst: Installation, quiet_errors: bool = False) -> None:
     if inst.hook_file:
         remove_file(inst.hook_file)
         inst.log.append(f"removed the OCI hook {inst.hook_file}")
+    keep = ""
     if inst.engine_configured:
         try:
             changed = apply(plan_unconfigure(engine_request(opts)))
             inst.log.append(f"restored {opts.runtime} configuration")
             if changed:
                 inst.log.append(restart_engine(opts.runtime, opts.restart_mode, opts.socket, opts.host_root))
+            keep = runtime_still_loaded(opts)
         except NctError as e:
             errors.append(str(e))
+            if _engine_files_name(opts):
+                keep = f"{opts.runtime}'s configuration could not be restored and still names it"
     for spec in inst.cdi_specs:
         remove_file(spec)
-    remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
-    inst.installed.remove()
+    if keep:  # the engine would fail every container start (and stop) without these files
+        inst.engine_configured, inst.hook_file, inst.cdi_specs = False, None, []
+        inst.save()
+        inst.log.append(f"keeping {opts.toolkit_dir}: {keep}; remove it after that with "
+                        f"`nct install --toolkit-root {opts.toolkit_dir} --uninstall` (or leave it to the next install)")
+    else:
+        remove_file(str(Path(opts.toolkit_dir) / MANIFEST))
+        inst.installed.remove(opts.toolkit_dir)
     if errors and not quiet_errors:
         raise EngineConfigError("; ".join(errors))

@@ -61,15 +61,27 @@ def restart_engine(engine: str, mode: str, sock: str = "", host_root: str = "") 
         return f"sent SIGHUP to {engine} (pid {pid})"
     if mode == "systemd":
         cmd = systemctl_command(engine, host_root)
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=default_signals,
-                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=300)
-        except FileNotFoundError:
-            raise EngineConfigError(f"{cmd[0]}: not found (needed by --restart-mode=systemd)") from None
-        except subprocess.TimeoutExpired:
-            raise EngineConfigError(f"{' '.join(cmd)}: timed out") from None
-        if res.returncode != 0:
-            msg = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
-            raise EngineConfigError(f"{' '.join(cmd)}: failed: {msg}")
+        run_tool(cmd, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, timeout=300,
+                 needed_by="--restart-mode=systemd")
         return f"restarted {engine}: {' '.join(cmd)}"
     raise EngineConfigError(f"--restart-mode {mode}: want signal, systemd or none")
+
+
+def run_tool(cmd: list[str], *, env: dict[str, str], timeout: float, needed_by: str | None) -> str:
+    """Run an engine's tool (systemctl, crio status) and return its stdout. Each failure is
+    one EngineConfigError line: not found (naming the flag it is `needed_by`; None lets
+    FileNotFoundError through for the caller's fallback), timed out, or failed with the
+    last line of its stderr."""
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                             preexec_fn=default_signals)
+    except FileNotFoundError:
+        if needed_by is None:
+            raise
+        raise EngineConfigError(f"{cmd[0]}: not found (needed by {needed_by})") from None
+    except subprocess.TimeoutExpired:
+        raise EngineConfigError(f"{' '.join(cmd)}: timed out") from None
+    if res.returncode != 0:
+        err = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
+        raise EngineConfigError(f"{' '.join(cmd)}: failed: {err}")
+    return res.stdout

@@ -43,6 +43,8 @@ def copy_toolkit(src: Path, root: Path, installed: Installed) -> list[Path]:
         return [root / n for n in names]
     installed.mkdir(root)
     tmp = root / ".python.new"
+    if tmp.is_symlink():
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src / "python", tmp, symlinks=True)
     dest = root / "python"
@@ -58,7 +60,7 @@ def copy_toolkit(src: Path, root: Path, installed: Installed) -> list[Path]:
     made: list[Path] = []
     for name in names:
         path, new = root / name, root / f".{name}.new"
-        if new.exists():
+        if new.is_symlink() or new.exists():  # a planted link is removed, never written through
             new.unlink()
         try:
             if not made:

@@ -195,9 +195,9 @@ def make_request_nodes(edits: ContainerEdits, settings: Settings):
     for node in imex_nodes_to_make(edits.device_nodes, settings.roots.dev or "/"):
         try:
             if made.make(node):
-                log.debug("created %s (%d:%d)", node.path, node.major, node.minor)
+                log.debug("created %s (%d:%d)", node.host_path, node.major, node.minor)
         except OSError as e:  # the apply step names the missing node
-            log.debug("could not create device node %s: %s", node.path, e.strerror or e)
+            log.debug("could not create device node %s: %s", node.host_path, e.strerror or e)
     return made
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 
 from nct import jsonio
-from nct.limits import read_document
 from nct.log import get_logger
 from nct.errors import SpecError
 
@@ -47,19 +46,7 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     """The bundle's config.json and the absolute rootfs (a relative or empty root.path is
     taken relative to the bundle, the hook's working directory under runc, as upstream)."""
     path = os.path.join(bundle, "config.json")
-    try:
-        with open(path, "rb") as f:
-            data = read_document(f)
-    except OSError as e:
-        raise SpecError(f"{path}: {e.strerror}") from None
-    except ValueError as e:
-        raise SpecError(f"{path}: {e}") from None
-    try:
-        spec = jsonio.loads(data)
-    except ValueError as e:
-        raise SpecError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(spec, dict):
-        raise SpecError(f"{path}: expected a JSON object")
+    spec = jsonio.read_object(path, SpecError)
     if not isinstance(spec.get("ociVersion"), str) or not spec["ociVersion"]:
         raise SpecError(f"{path}: missing ociVersion")
     if not isinstance(spec.get("process"), dict):

@@ -21,6 +21,7 @@ import sys
 from nct import child
 from nct.errors import NctError
 from nct.limits import IMEX_CHANNEL_COUNT
+from nct.driver.model import DeviceNode
 from nct.driver.rootpath import host_path
 from nct.record import Record
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MODULES = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 CONTROL_MINORS = {"nvidia-modeset": 254, "nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
-CONTROL_NODES = ("nvidiactl", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools")
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x030000", "0x030200")  # VGA controller, 3D controller
 CAPS_MAJOR = "nvidia-caps"
@@ -44,20 +44,20 @@ class NodeError(NctError):
     """A node utility could not do its job (missing major, mknod refused, modprobe failed)."""
 
 
-class DevNode(Record):
-    """A character device node to make: host path (dev root applied), major, minor, mode.
-    `root` is the dev root the path lies under: components below it are never followed
-    when the node is created."""
+def dev_char_name(node: DeviceNode) -> str:
+    """The node's name under /dev/char: "<major>:<minor>"."""
+    return f"{node.major}:{node.minor}"
 
-    path: str
-    major: int
-    minor: int
-    mode: int = 0o666
-    root: str = "/"
 
-    @property
-    def dev_char_name(self) -> str:
-        return f"{self.major}:{self.minor}"
+def dev_root_of(node: DeviceNode) -> str:
+    """The dev root `node.host_path` lies under: host_path is `node.path` joined onto it
+    (rootpath.host_path), and components below it are never followed when the node is made."""
+    host, path = node.host_path, node.path
+    if host == path:
+        return "/"
+    if not path.startswith("/") or not host.endswith(path):
+        raise OSError(22, "not under a dev root", host)
+    return host[:-len(path)] or "/"
 
 
 class InitReport(Record):
@@ -75,8 +75,8 @@ def cap_path(minor: int) -> str:
     return f"/dev/nvidia-caps/nvidia-cap{minor}"
 
 
-def _node(dev_root: str, path: str, major: int, minor: int, mode: int = 0o666) -> DevNode:
-    return DevNode(host_path(dev_root, path), major, minor, mode, dev_root or "/")
+def _node(dev_root: str, path: str, major: int, minor: int, mode: int = 0o666) -> DeviceNode:
+    return DeviceNode(path, host_path(dev_root, path), major, minor, mode)
 
 
 # ---------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def gpu_major_of(majors: dict[str, int]) -> int | None:
 
 
 def node_plan(dev_root: str, majors: dict[str, int], *, control: bool = True, gpus=(), modeset: bool = True,
-              caps: list[tuple[int, int]] | tuple = (), imex=(), proc: str | None = None) -> list[DevNode]:
+              caps: list[tuple[int, int]] | tuple = (), imex=(), proc: str | None = None) -> list[DeviceNode]:
     """The one node planner: the nodes the driver's state calls for, in the order the
     module loads make them: nvidiactl (with `control`) and /dev/nvidia<minor> for `gpus`
     (GPU major), nvidia-caps nodes `caps` ((minor, mode) pairs; caps major), IMEX channels
@@ -121,7 +121,7 @@ def node_plan(dev_root: str, majors: dict[str, int], *, control: bool = True, gp
             named_major(majors, "nvidia-uvm", proc)
         if caps:
             named_major(majors, CAPS_MAJOR, proc)
-    nodes: list[DevNode] = []
+    nodes: list[DeviceNode] = []
     gpu = gpu_major_of(majors)
     if gpu is not None:
         if control:
@@ -142,15 +142,15 @@ def node_plan(dev_root: str, majors: dict[str, int], *, control: bool = True, gp
 
 
 def init_plan(dev_root: str, majors: dict[str, int], gpu_minors: list[int], *, modeset: bool = True,
-              caps: list[tuple[int, int]] | tuple = (), imex=()) -> list[DevNode]:
+              caps: list[tuple[int, int]] | tuple = (), imex=()) -> list[DeviceNode]:
     """Every node --load-kmods ensures, for the drivers the kernel has a major for: the
     control nodes, /dev/nvidia<minor> of `gpu_minors`, caps and IMEX channels (node_plan)."""
     return node_plan(dev_root, majors, gpus=gpu_minors, modeset=modeset, caps=caps, imex=imex)
 
 
-def missing_nodes(nodes: list[DevNode]) -> list[DevNode]:
+def missing_nodes(nodes: list[DeviceNode]) -> list[DeviceNode]:
     """Those of `nodes` with nothing (of any kind, a dangling symlink included) at their path."""
-    return [n for n in nodes if not os.path.lexists(n.path)]
+    return [n for n in nodes if not os.path.lexists(n.host_path)]
 
 
 def imex_ids(channels) -> list[int]:
@@ -331,10 +331,10 @@ def cap_mode(path: str, default: int = 0o444) -> int:
 BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
-def existing_device_nodes(dev_root: str) -> list[DevNode]:
+def existing_device_nodes(dev_root: str) -> list[DeviceNode]:
     """NVIDIA character nodes that exist: /dev/nvidia* and /dev/nvidia-caps/nvidia-*,
     except nvidia-fs*, nvidia-nvswitch*, nvidia-nvlink*."""
-    found: list[DevNode] = []
+    found: list[DeviceNode] = []
     for directory, prefix in (("/dev", "nvidia"), ("/dev/nvidia-caps", "nvidia-")):
         host_dir = host_path(dev_root, directory)
         try:
@@ -350,14 +350,14 @@ def existing_device_nodes(dev_root: str) -> list[DevNode]:
             except OSError:
                 continue
             if stat.S_ISCHR(st.st_mode):
-                found.append(DevNode(path, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode),
-                                     dev_root or "/"))
+                found.append(DeviceNode(f"{directory}/{name}", path, os.major(st.st_rdev), os.minor(st.st_rdev),
+                                        stat.S_IMODE(st.st_mode)))
     return found
 
 
 def all_possible_device_nodes(
     dev_root: str, majors: dict[str, int], mig_minors: dict[str, int] | None, gpu_count: int, proc: str
-) -> list[DevNode]:
+) -> list[DeviceNode]:
     """Every node the driver could create for `gpu_count` GPUs (node_plan): control nodes,
     /dev/nvidiaN, and with MIG support (mig-minors readable) the MIG config/monitor caps and
     each GPU's GI/CI access caps."""
@@ -382,7 +382,7 @@ def all_possible_device_nodes(
     return node_plan(dev_root, majors, gpus=range(gpu_count), caps=caps, proc=proc)
 
 
-def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> list[DevNode]:
+def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> list[DeviceNode]:
     """nvidiactl, nvidia-uvm, nvidia-uvm-tools (uvm major), nvidia-modeset (GPU major):
     node_plan's control nodes; a missing major is an error."""
     return node_plan(dev_root, majors, proc=proc)
@@ -392,7 +392,7 @@ def control_device_nodes(dev_root: str, majors: dict[str, int], proc: str) -> li
 # actions
 
 
-def ensure_dev_char_links(nodes: list[DevNode], dev_char_path: str = "/dev/char", *, dry_run: bool = False,
+def ensure_dev_char_links(nodes: list[DeviceNode], dev_char_path: str = "/dev/char", *, dry_run: bool = False,
                           log=None) -> int:
     """/dev/char/<major>:<minor> -> node, for each node. systemd (runc's systemd cgroup
     driver) turns a container's device rules into DeviceAllow=/dev/char/M:m entries and
@@ -408,17 +408,17 @@ def ensure_dev_char_links(nodes: list[DevNode], dev_char_path: str = "/dev/char"
             raise NodeError(f"failed to create directory {dev_char_path}: {e.strerror or e}") from None
     made = 0
     for node in nodes:
-        link = os.path.join(dev_char_path, node.dev_char_name)
+        link = os.path.join(dev_char_path, dev_char_name(node))
         if os.path.lexists(link) and _same_device(link, node):
             continue
-        say(f"Creating link {link} => {node.path}")
+        say(f"Creating link {link} => {node.host_path}")
         if dry_run:
             continue
-        tmp = os.path.join(dev_char_path, f".{node.dev_char_name}.nct-tmp")
+        tmp = os.path.join(dev_char_path, f".{dev_char_name(node)}.nct-tmp")
         try:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-            os.symlink(node.path, tmp)
+            os.symlink(node.host_path, tmp)
             os.replace(tmp, link)
             made += 1
         except OSError as e:
@@ -430,16 +430,16 @@ def ensure_dev_char_links(nodes: list[DevNode], dev_char_path: str = "/dev/char"
     return made
 
 
-def imex_nodes_to_make(device_nodes, dev_root: str) -> list[DevNode]:
+def imex_nodes_to_make(device_nodes, dev_root: str) -> list[DeviceNode]:
     """The IMEX channel nodes of a container's planned device nodes (nct.edits
     DeviceNodeEdit) that lie where the dev root puts them: what --load-kmods makes for a
     request (mode 0666), once the whole request is planned."""
     prefix = "/dev/nvidia-caps-imex-channels/"
-    return [DevNode(d.host_path, d.major, d.minor, 0o666, dev_root) for d in device_nodes
+    return [DeviceNode(d.path, d.host_path, d.major, d.minor, 0o666) for d in device_nodes
             if d.path.startswith(prefix) and d.host_path == host_path(dev_root, d.path)]
 
 
-def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[DevNode]:
+def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[DeviceNode]:
     """The char devices an OCI spec edit added (in `new`'s linux.devices, not in `old`'s),
     each looked up under the dev roots in turn and kept only when the node there is that
     very device: what the runtime links under /dev/char for the systemd cgroup driver."""
@@ -465,14 +465,14 @@ def added_char_devices(old: dict, new: dict, roots: tuple[str, ...]) -> list[Dev
             except OSError:
                 continue
             if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
-                nodes.append(DevNode(host, major, minor))
+                nodes.append(DeviceNode(path, host, major, minor))
                 break
     return nodes
 
 
-def _same_device(link: str, node: DevNode) -> bool:
+def _same_device(link: str, node: DeviceNode) -> bool:
     try:
-        if os.readlink(link) == node.path:
+        if os.readlink(link) == node.host_path:
             return True
     except OSError:
         return False
@@ -483,7 +483,7 @@ def _same_device(link: str, node: DevNode) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(node.major, node.minor)
 
 
-def create_node(node: DevNode) -> bool:
+def create_node(node: DeviceNode) -> bool:
     """mknod `node` (its mode exactly, whatever the umask) unless something exists at its
     path; True when made. Directories below the dev root are opened (and made, 0755) one
     component at a time without following symlinks. Raises OSError."""
@@ -494,15 +494,12 @@ def create_node(node: DevNode) -> bool:
         os.close(fd)
 
 
-def _open_parent(node: DevNode) -> tuple[int, str]:
+def _open_parent(node: DeviceNode) -> tuple[int, str]:
     """(fd of the node's parent directory, made as needed without following symlinks, name)."""
-    root = node.root or "/"
-    rel = node.path[len(root.rstrip("/")):] if root != "/" else node.path
-    if root != "/" and not node.path.startswith(root.rstrip("/") + "/"):
-        raise OSError(22, f"not under the dev root {root}", node.path)
-    parts = [p for p in rel.split("/") if p]
+    root = dev_root_of(node)
+    parts = [p for p in node.path.split("/") if p]
     if not parts or ".." in parts:
-        raise OSError(22, "invalid device node path", node.path)
+        raise OSError(22, "invalid device node path", node.host_path)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     old = os.umask(0)  # modes exactly as planned (the umask would narrow mkdir's)
     try:
@@ -531,7 +528,7 @@ def _open_parent(node: DevNode) -> tuple[int, str]:
     return fd, parts[-1]
 
 
-def _mknod_at(fd: int, name: str, node: DevNode) -> bool:
+def _mknod_at(fd: int, name: str, node: DeviceNode) -> bool:
     try:
         os.stat(name, dir_fd=fd, follow_symlinks=False)
         return False
@@ -557,18 +554,18 @@ class MadeNodes:
         self._dirs: dict[str, int] = {}
         self.made: list[tuple[int, str, int, str]] = []  # (dir fd, name, rdev, host path)
 
-    def make(self, node: DevNode) -> bool:
+    def make(self, node: DeviceNode) -> bool:
         """create_node(), remembering what was made. Raises OSError."""
-        parent = node.path.rsplit("/", 1)[0]
+        parent = node.host_path.rsplit("/", 1)[0]
         fd = self._dirs.get(parent)
         if fd is None:
             fd, name = _open_parent(node)
             self._dirs[parent] = fd
         else:
-            name = node.path.rsplit("/", 1)[1]
+            name = node.host_path.rsplit("/", 1)[1]
         if not _mknod_at(fd, name, node):
             return False
-        self.made.append((fd, name, os.makedev(node.major, node.minor), node.path))
+        self.made.append((fd, name, os.makedev(node.major, node.minor), node.host_path))
         return True
 
     def undo(self) -> list[str]:
@@ -649,20 +646,20 @@ def load_modules(driver_root: str, dry_run: bool, log) -> None:
             raise NodeError(f"failed to load module {module}: {' '.join(argv)} exited {status}{detail}")
 
 
-def make_device_nodes(nodes: list[DevNode], dry_run: bool, log) -> None:
+def make_device_nodes(nodes: list[DeviceNode], dry_run: bool, log) -> None:
     """mknod each missing node, saying each to `log`; an existing path is left alone."""
     for node in nodes:
-        if os.path.lexists(node.path):
-            log(f"Skipping: {node.path} already exists")
+        if os.path.lexists(node.host_path):
+            log(f"Skipping: {node.host_path} already exists")
             continue
-        log(f"Running: mknod --mode={node.mode:04o} {node.path} c {node.major} {node.minor}")
+        log(f"Running: mknod --mode={node.mode:04o} {node.host_path} c {node.major} {node.minor}")
         if dry_run:
             continue
         try:
             if not create_node(node):
-                log(f"Skipping: {node.path} already exists")
+                log(f"Skipping: {node.host_path} already exists")
         except OSError as e:
-            raise NodeError(f"failed to create device node {node.path}: {e.strerror or e}") from None
+            raise NodeError(f"failed to create device node {node.host_path}: {e.strerror or e}") from None
 
 
 def _debug(msg: str, *args) -> None:
@@ -744,8 +741,8 @@ def init_driver(roots, *, imex_channels=(), create_imex_channels: bool = True,
     for node in missing_nodes(init_plan(roots.dev, majors, minors, modeset=have_modeset, caps=caps, imex=imex)):
         try:
             if create_node(node):
-                created.append(node.path)
-                _debug("created %s (%d:%d, mode %o)", node.path, node.major, node.minor, node.mode)
+                created.append(node.host_path)
+                _debug("created %s (%d:%d, mode %o)", node.host_path, node.major, node.minor, node.mode)
         except OSError as e:
-            _warn("could not create device node %s: %s", node.path, e.strerror or e)
+            _warn("could not create device node %s: %s", node.host_path, e.strerror or e)
     return InitReport(loaded=loaded, failed=failed, created=tuple(created))

@@ -1,4 +1,4 @@
-"""Read and write an OCI bundle's config.json.
+"""Read and write an OCI spec file (a bundle's config.json).
 
 The spec stays a plain dict so fields we do not know survive a round trip unchanged;
 only the parts nct reads or edits are type-checked (`check_spec_types`), each failure a
@@ -6,57 +6,19 @@ one-line SpecError naming the file and the key."""
 
 from __future__ import annotations
 
-import os
-
 from nct import jsonio
 from nct.errors import SpecError
 from nct.fileio import atomic_write
-from nct.limits import read_document, shown
 
 CONFIG_NAME = "config.json"
-
-
-def config_path(bundle: str) -> str:
-    return os.path.join(bundle or ".", CONFIG_NAME)
 
 
 def read_spec_file(path: str) -> dict:
     """Load an OCI spec file; SpecError for a missing file, bad JSON (line and column), or
     a document that is not an object."""
-    try:
-        with open(path, "rb") as f:
-            data = read_document(f)
-    except ValueError as e:
-        raise SpecError(f"{path}: {e}") from None
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file (is the bundle path right?)") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        spec = jsonio.loads(data)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not UTF-8 text at byte {e.start}") from None
-    except ValueError as e:
-        if hasattr(e, "lineno") and hasattr(e, "colno"):  # json.JSONDecodeError (json not imported here)
-            raise SpecError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None  # type: ignore[attr-defined]
-        raise SpecError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(spec, dict):
-        raise SpecError(f"{path}: the OCI spec must be a JSON object, not {_typename(spec)}")
-    return spec
-
-
-def load_bundle_spec(bundle: str, *, strict: bool = False) -> dict:
-    """`<bundle>/config.json` as a dict, with the parts we use type-checked.
-    `strict` also rejects fields the OCI spec does not define (upstream's default decode)."""
-    path = config_path(bundle)
-    spec = read_spec_file(path)
-    check_spec_types(spec, path)
-    if strict:
-        unknown = unknown_fields(spec)
-        if unknown:
-            raise SpecError(f"{path}: unknown field {shown(repr(unknown[0]))} in OCI spec"
-                            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""))
-    return spec
+    return jsonio.read_object(path, SpecError, missing="no such file (is the bundle path right?)",
+                              cannot_read="cannot read: {}",
+                              not_object="the OCI spec must be a JSON object, not {}")
 
 
 def dump_spec(spec: dict) -> bytes:
@@ -65,11 +27,6 @@ def dump_spec(spec: dict) -> bytes:
         return jsonio.dumps_compact(spec).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes: keep them escaped
         return jsonio.dumps_compact(spec, ensure_ascii=True).encode("ascii")
-
-
-def write_bundle_spec(bundle: str, spec: dict) -> None:
-    """Replace `<bundle>/config.json` atomically, keeping its mode and owner."""
-    write_spec_file(config_path(bundle), spec)
 
 
 def write_spec_file(path: str, spec: dict, *, durable: bool = True) -> None:
@@ -82,15 +39,10 @@ def write_spec_file(path: str, spec: dict, *, durable: bool = True) -> None:
 
 # --- type checks of the parts nct reads or edits -------------------------------------
 
-def _typename(v: object) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
-
-
 def _want(path: str, key: str, value: object, kind: type | tuple[type, ...], what: str) -> None:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        raise SpecError(f"{path}: {key} must be {what}, not {_typename(value)}")
+        raise SpecError(f"{path}: {key} must be {what}, not {jsonio.type_name(value)}")
 
 
 def _str_list(path: str, key: str, value: object) -> None:
@@ -101,7 +53,7 @@ def _str_list(path: str, key: str, value: object) -> None:
 
 def _int(path: str, key: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{path}: {key} must be an integer, not {_typename(value)}")
+        raise SpecError(f"{path}: {key} must be an integer, not {jsonio.type_name(value)}")
 
 
 def check_spec_types(spec: dict, path: str = CONFIG_NAME) -> None:

@@ -26,11 +26,6 @@ class ContainerRequest(Record):
     source: str = "env"  # where the devices came from: env | mounts | annotations
     env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def cdi_names(self) -> tuple[str, ...]:
-        """Requested devices that are fully-qualified CDI names (vendor/class=name)."""
-        return tuple(d for d in self.devices if is_qualified_cdi_name(d))
-
 
 def is_qualified_cdi_name(name: str) -> bool:
     """vendor/class=name with all three parts non-empty."""

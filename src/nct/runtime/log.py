@@ -70,6 +70,7 @@ class Logger:
         self.level = level
         self.json = json
         self.warnings: list[str] = []
+        self.lines = 0  # records written (the pass-through cache needs a call that wrote none)
 
     @classmethod
     def setup(cls, debug_file: str, config_level: str, args) -> "Logger":
@@ -106,6 +107,7 @@ class Logger:
         else:
             line = 'time=%s level=%s msg=%s\n' % (_quote(ts), level, _quote(msg))
         data = line.encode("utf-8", "replace")
+        self.lines += 1
         for fd in self.fds:
             try:
                 os.write(fd, data)

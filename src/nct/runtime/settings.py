@@ -19,7 +19,7 @@ DEFAULT_RUNTIMES = ("runc", "crun")
 
 
 class ShimSettings:
-    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode", "config_key")
+    __slots__ = ("path", "explicit", "exists", "runtimes", "debug", "log_level", "mode", "config_key", "config_text")
 
     def __init__(self, path: str, explicit: bool) -> None:
         self.path = path
@@ -31,6 +31,7 @@ class ShimSettings:
         self.mode = "auto"
         # what the content read was: "-" for no file, a stat key, None when it changed under us
         self.config_key: str | None = "-"
+        self.config_text = ""  # what the settings were parsed from (the pass-through cache records it)
 
 
 def _error(msg: str) -> Exception:
@@ -47,6 +48,7 @@ def read_settings(environ=None) -> ShimSettings:
     if text is None:
         return s
     s.exists = True
+    s.config_text = text
     from nct.runtime.passthrough import stat_key
 
     s.config_key = stat_key(st) if st is not None and stat.S_ISREG(st.st_mode) else None
