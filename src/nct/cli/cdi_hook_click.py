@@ -139,8 +139,9 @@ def _add_commands(group: click.Group) -> None:
         ctx.exit(run_steps(parsed, bool(obj.get("debug") and not obj.get("quiet"))))
 
     @group.command("noop", hidden=True)
-    def noop():
-        """Do nothing."""
+    @_spec_option
+    def noop(container_spec):
+        """Do nothing (takes --container-spec, as every hook and the fast parser do)."""
 
 
 def _version() -> str:
