@@ -215,6 +215,15 @@ def test_malformed_steps_are_one_line_errors(rootfs, args):
     assert len(lines) == 1 and lines[0].startswith("nvidia-cdi-hook: nct-steps: "), res.stderr
 
 
+def test_malformed_steps_message_is_one_bounded_line(rootfs):
+    """The refused argv is quoted cut short and on one line, whatever its size or newlines."""
+    res = run([HOOK, "nct-steps", "noop", "--bogus", *["x\ny" * 30000] * 4], state_for(rootfs))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nvidia-cdi-hook: nct-steps: ") and len(lines[0]) < 1000, \
+        (len(lines), len(res.stderr))
+
+
 # ---- what the spec carries ---------------------------------------------------------------
 def _edits() -> ContainerEdits:
     return ContainerEdits(symlinks=[SymlinkEdit(target="libcuda.so.1", link="/usr/lib/libcuda.so")],
