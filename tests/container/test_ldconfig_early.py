@@ -105,3 +105,30 @@ def test_cancelled_child_runs_nothing_and_leaves_no_cgroup(rootfs, libs):
     assert (sorted(os.listdir(confd)) if os.path.isdir(confd) else []) == before
     if out["jail"]:
         assert not _jail_dirs(out["jail"])
+
+
+def test_overlong_command_line_is_refused_not_truncated(rootfs):
+    """The waiting child gets its command line through a pipe: one over the bound (folders on
+    ldconfig's command line, `configure`'s way) is one clear error and nothing is run or
+    written, never a command line cut at the bound (a folder cut short, the rest dropped)."""
+    folders = [f"/opt/{i:04d}/" + "d" * 4000 for i in range(300)]  # ~1.2 MB, each arg < 128 KiB
+    script = textwrap.dedent("""
+        import json, sys
+        from nct.container.ldconfig import run_ldconfig
+        from nct.container.rootfs import Root
+        from nct.errors import ContainerError
+        try:
+            with Root(sys.argv[1]) as root:
+                run_ldconfig(root, json.load(sys.stdin), write_conf=False)
+        except ContainerError as e:
+            print("ERR", e)
+        else:
+            print("OK")
+    """)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run([sys.executable, "-c", script, rootfs], input=json.dumps(folders), capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip().splitlines()[-1]
+    assert out.startswith("ERR ldconfig command line of ") and "over 1048576" in out, out
+    assert not os.path.exists(os.path.join(rootfs, "etc/ld.so.cache"))

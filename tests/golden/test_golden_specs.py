@@ -37,3 +37,16 @@ def test_byte_identical(outputs, name, tmp_path_factory):
         keep = tmp_path_factory.mktemp("golden-actual") / name
         keep.write_bytes(data)
         pytest.fail(f"{name} differs from tests/golden/data (actual output kept at {keep})")
+
+
+def test_specs_for_other_engines_keep_upstreams_separate_hooks(outputs):
+    """`nvidia-ctk cdi generate` writes specs other engines (podman, containerd, CRI-O) run
+    with any nvidia-cdi-hook: never nct's own `nct-steps` hook, only upstream's hooks, one
+    each; only the runtime's in-memory jit-cdi specs combine them (a regenerated golden file
+    cannot quietly change that)."""
+    generated = {n: d for n, d in outputs.items() if n.startswith("generate-")}
+    assert generated
+    for name, data in generated.items():
+        assert b"nct-steps" not in data, name
+    assert any(b"update-ldcache" in d and b"create-symlinks" in d for d in generated.values())
+    assert any(b"nct-steps" in d for n, d in outputs.items() if n.startswith("runtime-") and "jit-cdi" in n)

@@ -13,12 +13,15 @@ FORM = ["single"]  # set by the hook_form fixture
 
 
 def as_steps(args: list[str]) -> list[str]:
-    """`args` (after the program, or after `nvidia-ctk hook`) as an nct-steps invocation, when
-    they are a well-formed single hook; anything else (an unknown hook or flag, help) as is."""
+    """`args` (after the program, or after `nvidia-ctk hook`) as the second step of an nct-steps
+    invocation, when they are a well-formed single hook; anything else (an unknown hook or
+    flag, help) as is."""
     if parse_argv(list(args)) is None:
         return list(args)
     i = next(i for i, a in enumerate(args) if a in FLAGS)
-    return [*args[:i], STEPS_HOOK, *args[i:]]
+    # after a first step, as in every jit-cdi spec: an update-ldcache step then forks its
+    # ldconfig child before the steps ahead of it run (nct.cli.cdi_hook.run_steps)
+    return [*args[:i], STEPS_HOOK, "noop", *args[i:]]
 
 
 def hook_argv(argv: list[str]) -> list[str]:

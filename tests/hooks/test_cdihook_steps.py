@@ -68,6 +68,111 @@ def test_fast_parser_leaves_the_rest_to_click(args):
     assert parse_argv(args) is None
 
 
+def _click_parse(args: list[str]):
+    """(debug, [(hook, params)]) as the click front end parses one hook's argv; None where it
+    refuses it, answers it itself (help, version, warnings) or it names nct-steps."""
+    import warnings
+
+    import click
+
+    try:
+        ctx = cdi_hook.make_context("nvidia-cdi-hook", list(args))
+        with warnings.catch_warnings():  # protected_args: deprecated in click 8.2, needed before
+            warnings.simplefilter("ignore", DeprecationWarning)
+            rest = ctx.protected_args + ctx.args
+        if not rest:
+            return None
+        name, cmd, rargs = cdi_hook.resolve_command(ctx, rest)
+        if name == "nct-steps":
+            return None
+        sctx = cmd.make_context(name, rargs, parent=ctx)
+    except (click.exceptions.Exit, click.UsageError, SystemExit):
+        return None
+    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in sctx.params.items() if v is not None}
+    return bool(ctx.params["debug"]) and not ctx.params["quiet"], [(name, params)]
+
+
+def _fast(parsed) -> tuple | None:
+    return parsed and (parsed[0], [(n, {k: v for k, v in o.items() if v is not None}) for n, o in parsed[1]])
+
+
+# hostile-looking values: hook names, flags, `=`, empty, leading dashes, newlines
+VALUES = ["", "x", "-", "--", "-x", "=", "a=b", "update-ldcache", "create-symlinks", "nct-steps", "--link", "/p",
+          "a::/b", "-d", "--debug", "--quiet", "--help", "755", "--lin", "--link=", "--folder=-x", "noop", "a\nb"]
+
+
+def test_fast_parser_agrees_with_click_on_random_argv(monkeypatch, capsys):
+    """Differential: every argv the fast parser accepts, click parses to the same hook, values
+    and debug flag (seeded random argv of hook names, flags, `--flag=value` forms, values
+    that are hook names or flags)."""
+    import random
+
+    from nct.cli.cdi_hook import FLAGS
+
+    for var in ("NVIDIA_CTK_DEBUG", "NVIDIA_CDI_DEBUG", "NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET"):
+        monkeypatch.delenv(var, raising=False)
+    rng = random.Random(14)
+    hooks = list(FLAGS)
+    flags = sorted({f for v in FLAGS.values() for f in v} | {"--container-spec"})
+
+    def token() -> str:
+        r = rng.random()
+        if r < .25:
+            return rng.choice(hooks)
+        if r < .55:
+            return rng.choice(flags)
+        if r < .7:
+            return rng.choice(flags) + "=" + rng.choice(VALUES)
+        return rng.choice(VALUES)
+
+    accepted = 0
+    for _ in range(4000):
+        args = [rng.choice(["-d", "--quiet"])] * (rng.random() < .2) + [rng.choice(hooks)]
+        args += [token() for _ in range(rng.randrange(6))]
+        fast = _fast(parse_argv(args))
+        if fast is None:
+            continue
+        accepted += 1
+        assert _click_parse(args) == fast, args
+    capsys.readouterr()
+    assert accepted > 400  # the comparison did happen
+
+
+def test_steps_hook_parses_to_the_hooks_it_replaces(capsys):
+    """Rendering round trip with hostile-looking link targets, folders and compat roots: the
+    nct-steps argv parses to exactly what click makes of each separate hook, or is refused
+    whole (None: a value starting with '-'), never split differently (no value taken for a
+    step or a flag)."""
+    import random
+
+    rng = random.Random(14)
+
+    def value() -> str:
+        return "".join(rng.choice(VALUES) for _ in range(rng.randint(1, 2)))
+
+    compared = 0
+    for _ in range(1500):
+        edits = ContainerEdits(
+            symlinks=[SymlinkEdit(target=value(), link=value()) for _ in range(rng.randrange(4))],
+            ldconfig_folders=[value() for _ in range(rng.randrange(4))],
+            proc_driver_gpus=["0"] if rng.random() < .5 else None,
+            cuda_compat_dir=value() if rng.random() < .5 else None)
+        opts = HookOptions(hook_path="/usr/bin/nvidia-cdi-hook", driver_version=rng.choice([None, "550.54.15", value()]),
+                           ldconfig_path=rng.choice([None, value()]))
+        single = derived_hooks(edits, opts)
+        if len(single) < 2:
+            continue
+        (one,) = derived_hooks(edits, opts.replace(steps=True))
+        fast = _fast(parse_argv(list(one.args[1:])))
+        if fast is None:
+            continue
+        compared += 1
+        want = [_click_parse(list(h.args[1:])) for h in single]
+        assert [w[1][0] if w else None for w in want] == fast[1], one.args
+    capsys.readouterr()
+    assert compared > 100
+
+
 # ---- running the steps -------------------------------------------------------------------
 @needs_root
 @needs_gcc
@@ -108,6 +213,15 @@ def test_malformed_steps_are_one_line_errors(rootfs, args):
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nvidia-cdi-hook: nct-steps: "), res.stderr
+
+
+def test_malformed_steps_message_is_one_bounded_line(rootfs):
+    """The refused argv is quoted cut short and on one line, whatever its size or newlines."""
+    res = run([HOOK, "nct-steps", "noop", "--bogus", *["x\ny" * 30000] * 4], state_for(rootfs))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nvidia-cdi-hook: nct-steps: ") and len(lines[0]) < 1000, \
+        (len(lines), len(res.stderr))
 
 
 # ---- what the spec carries ---------------------------------------------------------------

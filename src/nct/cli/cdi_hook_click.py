@@ -134,13 +134,17 @@ def _add_commands(group: click.Group) -> None:
         """Several hooks in one process: HOOK ARGS... HOOK ARGS... (nct's jit-cdi specs)."""
         parsed = parse_steps(list(args))
         if not parsed or any(name == STEPS_HOOK for name, _ in parsed):
-            raise NctError(f"{STEPS_HOOK}: not a list of known hooks with well-formed flags: {' '.join(args)}")
+            from nct.limits import shown
+
+            raise NctError(f"{STEPS_HOOK}: not a list of known hooks with well-formed flags: "
+                           f"{shown(' '.join(args).replace(chr(10), ' '), 300)}")
         obj = ctx.find_root().obj or {}
         ctx.exit(run_steps(parsed, bool(obj.get("debug") and not obj.get("quiet"))))
 
     @group.command("noop", hidden=True)
-    def noop():
-        """Do nothing."""
+    @_spec_option
+    def noop(container_spec):
+        """Do nothing (takes --container-spec, as every hook and the fast parser do)."""
 
 
 def _version() -> str:

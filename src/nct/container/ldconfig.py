@@ -625,6 +625,7 @@ class PendingLdconfig:
                 files.extend(prepare_conf(self.root, folders))
             else:
                 args.extend(conf_folders(folders))
+            command = _command([argv0, *args])
             # Writes happen in-root from here (the child is chrooted anyway).
             self.root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
             # ldconfig truncates its temp file in place: one the image ships that is not a
@@ -638,7 +639,7 @@ class PendingLdconfig:
                          .encode())
             go_w, self.go_w = self.go_w, -1
             try:
-                _send(go_w, [argv0, *args])
+                _send(go_w, command)
             except BrokenPipeError:  # the child died before reading it: _finish says why
                 pass
             pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
@@ -671,9 +672,19 @@ class PendingLdconfig:
 MAX_COMMAND = 1 << 20  # bytes of ldconfig's command line sent to the waiting child
 
 
-def _send(go_w: int, argv: list[str]) -> None:
-    """ldconfig's argv to the waiting child (NUL-separated), then EOF."""
-    data = b"\0".join(a.encode() for a in argv)
+def _command(argv: list[str]) -> bytes:
+    """ldconfig's argv as sent to the waiting child (NUL-separated); one over MAX_COMMAND is
+    refused before anything is written (the child would refuse it too: never a truncated
+    command line)."""
+    data = b"\0".join(a.encode(errors="surrogateescape") for a in argv)
+    if len(data) > MAX_COMMAND:
+        raise ContainerError(f"ldconfig command line of {len(data)} bytes is over {MAX_COMMAND}: "
+                             "fewer or shorter library folders, or record them in ld.so.conf.d")
+    return data
+
+
+def _send(go_w: int, data: bytes) -> None:
+    """The command line to the waiting child, then EOF."""
     try:
         view = memoryview(data)
         while view:
@@ -683,14 +694,17 @@ def _send(go_w: int, argv: list[str]) -> None:
 
 
 def _receive(go_r: int) -> list[str]:
-    """In the child: the argv run() sent ([] when cancelled)."""
+    """In the child: the argv run() sent ([] when cancelled). More than MAX_COMMAND bytes is
+    an error, never a truncated command line (its last folder cut short, the rest dropped)."""
     chunks, size = [], 0
-    while size <= MAX_COMMAND:
+    while True:
         b = os.read(go_r, 65536)
         if not b:
             break
         chunks.append(b)
         size += len(b)
+        if size > MAX_COMMAND:
+            raise ContainerError(f"command line over {MAX_COMMAND} bytes")
     os.close(go_r)
     data = b"".join(chunks)
     return [a.decode(errors="surrogateescape") for a in data.split(b"\0")] if data else []
