@@ -1,9 +1,11 @@
 """`nvidia-ctk cdi generate`: a CDI spec for the node, from our own discovery.
 
 This module only orchestrates and renders: options -> roots, discovery (nct.driver),
-selection and edits (nct.edits: `common_edits` once at spec level, `gpu_edits` /
-`mig_edits` per device; nct.edits.classes for management, imex, gds, mofed, gdrcopy and
-nvswitch), device names, hooks and the spec (nct.cdi.render).
+selection and edits (nct.edits: `spec_device_edits` for GPU specs, with the spec-only
+decisions (/dev/dri chmod, application profile, the `none` device); nct.edits.classes for
+management, imex, gds, mofed, gdrcopy and nvswitch), device names, hooks and the spec
+(nct.cdi.render). --max-cdi-version below 0.7.0 (no additionalGids in the format) is a
+rendering limit handed to the planner as its no-additional-gids option.
 
 The spec carries nothing of nct's own: no annotations, so its cdiVersion is the minimum
 upstream would write for the same content (0.5.0 unless device nodes need additionalGids),
@@ -125,8 +127,10 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
         cfg = load_config(opts.config_path)
     roots = roots_for(opts.driver_root, opts.dev_root, cfg)
     hook_path = resolve_hook_path(opts.hook_path)
+    # Below 0.7.0 the format has no additionalGids: a rendering limit of CDI, handed to the
+    # planner as the same option as the feature flag.
     no_gids = ("no-additional-gids-for-device-nodes" in flags or cfg.features.no_additional_gids_for_device_nodes
-               or (cap is not None and cdi_version.key(cap) < (0, 7, 0)))
+               or not cdi_version.reads_additional_gids(cap))
 
     if mode in CLASS_MODES:
         plan = class_plan(mode, roots, no_gids)
