@@ -49,13 +49,6 @@ class HookEdit(Record):
     env: tuple[str, ...] = ("NVIDIA_CTK_DEBUG=false",)
     timeout: int | None = None
 
-    @property
-    def subcommand(self) -> str | None:
-        """The nvidia-cdi-hook subcommand this hook runs (args[1]), if it is one of ours."""
-        if len(self.args) >= 2 and self.args[0] in ("nvidia-cdi-hook", "nvidia-ctk"):
-            return self.args[2] if self.args[0] == "nvidia-ctk" and len(self.args) > 2 else self.args[1]
-        return None
-
 
 class SymlinkEdit(Record):
     """A symlink to create in the container: `link` (container path) -> `target`."""
