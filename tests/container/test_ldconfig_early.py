@@ -157,10 +157,20 @@ print(json.dumps(out))
 """
 
 
-def test_child_forked_host_side_runs_ldconfig_in_the_containers_mount_namespace(rootfs, libs):
+@pytest.fixture(scope="module")
+def oldkernel_bin(tmp_path_factory) -> str:
+    from e2e import oldkernel
+
+    return str(oldkernel.build(tmp_path_factory.mktemp("oldkernel") / "oldkernel"))
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_child_forked_host_side_runs_ldconfig_in_the_containers_mount_namespace(rootfs, libs, kernel, oldkernel_bin):
     """The legacy hook forks ldconfig's child before it enters the container (its cgroup move
     then overlaps the host-side work too): the child enters the container's mount namespace
-    itself, so ldconfig sees a mount that exists only there (the host's view lacks it)."""
+    itself, so ldconfig sees a mount that exists only there (the host's view lacks it). On
+    an old kernel (no new mount API: the mount(2) path, which reads our fd links through the
+    host procfs fd of the child's own Root) too."""
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         pytest.skip("needs unshare and nsenter (util-linux)")
     os.makedirs(os.path.join(rootfs, "opt/nv/lib"), exist_ok=True)
@@ -175,7 +185,8 @@ def test_child_forked_host_side_runs_ldconfig_in_the_containers_mount_namespace(
                         os.path.join(rootfs, "opt/nv/lib")], check=True)
         assert not os.listdir(os.path.join(rootfs, "opt/nv/lib"))  # not in the host's view
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
-        r = subprocess.run([sys.executable, "-c", textwrap.dedent(HOST_SIDE), rootfs, str(box.pid)],
+        prefix = [oldkernel_bin] if kernel == "old" else []
+        r = subprocess.run([*prefix, sys.executable, "-c", textwrap.dedent(HOST_SIDE), rootfs, str(box.pid)],
                            capture_output=True, text=True, timeout=120, env=env)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout.strip().splitlines()[-1])

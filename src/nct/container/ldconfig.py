@@ -766,17 +766,20 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             if not argv:
                 return 0
             argv0, args = argv[0], argv[1:]
+            host_proc = proc
             if rt is None:
                 if enter is None:
                     raise ContainerError("no container root to run ldconfig in")
                 rt = enter()  # the container's mount namespace, as the caller's
+                os.close(proc)
+                host_proc = rt.proc_dir()  # opened host side by enter(), as the caller's Root
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({rt.fd, proc} | ({exe_fd} if exe_fd is not None else set()))
+            sc.close_fds_except({rt.fd, host_proc} | ({exe_fd} if exe_fd is not None else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(rt, no_pivot)
-            _detach_kernel_mounts(proc)
-            os.close(proc)
+            _detach_kernel_mounts(host_proc)
+            os.close(host_proc)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
             # No host network, IPC, hostname or processes; then only the capabilities ldconfig needs.
