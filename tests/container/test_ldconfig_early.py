@@ -132,3 +132,71 @@ def test_overlong_command_line_is_refused_not_truncated(rootfs):
     out = r.stdout.strip().splitlines()[-1]
     assert out.startswith("ERR ldconfig command line of ") and "over 1048576" in out, out
     assert not os.path.exists(os.path.join(rootfs, "etc/ld.so.cache"))
+
+
+HOST_SIDE = """
+import json, os, sys, time
+from nct.container.apply import _enter
+from nct.container.ldconfig import start_ldconfig
+
+rootfs, pid = sys.argv[1], int(sys.argv[2])
+# forked host side, before anything entered the container: the child enters it itself
+pending = start_ldconfig(None, enter=lambda: _enter(rootfs, pid, "/proc"))
+out = {"jail": pending.jail.name if pending.jail is not None and not pending.jail.problem else ""}
+for _ in range(200):
+    cg = open(f"/proc/{pending.pid}/cgroup").read()
+    if out["jail"] and out["jail"] in cg:
+        break
+    time.sleep(0.01)
+out["in_jail_before_enter"] = bool(out["jail"]) and out["jail"] in cg
+out["host_mnt_ns"] = os.readlink(f"/proc/{pending.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+root = _enter(rootfs, pid, "/proc")
+pending.attach(root)
+pending.run(["/opt/nv/lib"], write_conf=True)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def oldkernel_bin(tmp_path_factory) -> str:
+    from e2e import oldkernel
+
+    return str(oldkernel.build(tmp_path_factory.mktemp("oldkernel") / "oldkernel"))
+
+
+@pytest.mark.parametrize("kernel", ["new", "old"])
+def test_child_forked_host_side_runs_ldconfig_in_the_containers_mount_namespace(rootfs, libs, kernel, oldkernel_bin):
+    """The legacy hook forks ldconfig's child before it enters the container (its cgroup move
+    then overlaps the host-side work too): the child enters the container's mount namespace
+    itself, so ldconfig sees a mount that exists only there (the host's view lacks it). On
+    an old kernel (no new mount API: the mount(2) path, which reads our fd links through the
+    host procfs fd of the child's own Root) too."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("needs unshare and nsenter (util-linux)")
+    os.makedirs(os.path.join(rootfs, "opt/nv/lib"), exist_ok=True)
+    box = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "120"])
+    try:
+        for _ in range(100):  # until unshare has exec'd sleep in its own namespace
+            if os.readlink(f"/proc/{box.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+                break
+            import time
+            time.sleep(0.01)
+        subprocess.run(["nsenter", "-t", str(box.pid), "-m", "mount", "--bind", libs,
+                        os.path.join(rootfs, "opt/nv/lib")], check=True)
+        assert not os.listdir(os.path.join(rootfs, "opt/nv/lib"))  # not in the host's view
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+        prefix = [oldkernel_bin] if kernel == "old" else []
+        r = subprocess.run([*prefix, sys.executable, "-c", textwrap.dedent(HOST_SIDE), rootfs, str(box.pid)],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    finally:
+        box.kill()
+        box.wait()
+    assert out["host_mnt_ns"]  # it was forked before the caller entered the container
+    if out["jail"]:
+        assert out["in_jail_before_enter"], out
+        assert not _jail_dirs(out["jail"])
+    cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                           capture_output=True, text=True).stdout
+    assert "libnvearly.so.1 (libc6,x86-64) => /opt/nv/lib/libnvearly.so.1" in cache, cache

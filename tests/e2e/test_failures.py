@@ -61,3 +61,33 @@ def test_skip_mode_detection_allows_cdi_names_as_plain_ids(sim_node, rootfs, tmp
     res = runc_run(sim_node, bundle)
     assert res.returncode != 0 and MARK not in res.stdout.decode()
     assert "unknown device: nvidia.com/gpu=0" in res.stderr.decode()
+
+
+def _jails() -> set[str]:
+    """ldconfig jails (nct.container.cgroups) now present in any hierarchy."""
+    import os
+
+    found = set()
+    for base in ("/sys/fs/cgroup/devices", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        for dirpath, dirnames, _ in os.walk(base):
+            found.update(os.path.join(dirpath, d) for d in dirnames if d.startswith("nct-ldconfig-"))
+            dirnames[:] = [d for d in dirnames if not d.startswith("nct-ldconfig-")] if dirpath.count("/") < 8 else []
+    return found
+
+
+@pytest.mark.parametrize("env", [["NVIDIA_VISIBLE_DEVICES=7"], ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_DRIVER=driver<500"]])
+def test_refused_container_leaves_no_ldconfig_child_or_jail(sim_node, rootfs, env):
+    """The hook forks ldconfig's child (and makes its jail) before discovery and planning
+    (nct.hook.core.early_ldconfig): a request refused there ends it, and removes its jail."""
+    import time
+
+    before = _jails()
+    res = runc_run(sim_node, bundle_with_hook(rootfs, f"echo {MARK}", env))
+    assert res.returncode != 0 and MARK not in res.stdout.decode()
+    left = _jails() - before
+    for _ in range(20):  # another process's jail (a parallel run) lives milliseconds
+        if not left:
+            break
+        time.sleep(0.1)
+        left &= _jails()
+    assert not left

@@ -260,7 +260,8 @@ def run_steps(steps: list[Step], debug: bool) -> int:
     finally:
         if early is not None:
             early.cancel()
-            early.root.close()
+            if early.root is not None:
+                early.root.close()
     return 0
 
 

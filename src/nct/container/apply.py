@@ -35,6 +35,10 @@ from nct.edits.model import ContainerEdits, DeviceNodeEdit
 from nct.errors import ContainerError
 from nct.record import Record
 
+TYPE_CHECKING = False  # typing costs an import on the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from nct.container.ldconfig import PendingLdconfig
+
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_ATTRS = sc.MOUNT_ATTR_NODEV | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
 PROC_FILES = ("params", "version", "registry")
@@ -72,22 +76,44 @@ def device_rules(edits: ContainerEdits) -> list[DeviceRule]:
 
 
 def apply_edits(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions = ApplyOptions(), *,
-                in_process: bool = False) -> None:
+                in_process: bool = False, early: PendingLdconfig | None = None) -> None:
     """Configure the container whose root is `rootfs` (a host path; with `pid`, the container's
     mount namespace is entered first). Raises ContainerError with one line on failure.
 
     The work happens in a forked child, so that the caller stays in its own mount namespace;
     `in_process=True` is for a disposable caller that exits right afterwards (the prestart
-    hook process): it does the work itself, and is left in the container's namespace."""
-    if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/" or _is_host_root(rootfs):
-        raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
-    if pid is not None and not options.no_cgroups:
-        allow_devices(pid, device_rules(edits), options.host_proc)
+    hook process): it does the work itself, and is left in the container's namespace.
+    `early` (in_process only): ldconfig's child, already forked by `early_ldconfig` (used, or
+    cancelled when the plan needs no ldconfig run; always ended here)."""
+    try:
+        if not os.path.isabs(rootfs) or os.path.normpath(rootfs) == "/" or _is_host_root(rootfs):
+            raise ContainerError(f"invalid rootfs {rootfs!r}: must be an absolute path other than /")
+        if pid is not None and not options.no_cgroups:
+            allow_devices(pid, device_rules(edits), options.host_proc)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
     if in_process:
         os.umask(0o022)
-        _work(edits, rootfs, pid, options)
+        _work(edits, rootfs, pid, options, early)  # ends `early`
         return
+    if early is not None:
+        early.cancel()
     _run_in_child(lambda: _work(edits, rootfs, pid, options))
+
+
+def early_ldconfig(rootfs: str, pid: int | None, options: ApplyOptions) -> PendingLdconfig | None:
+    """For a disposable caller (the prestart hook): fork ldconfig's child before discovery, so
+    that its move into the deny-all device cgroup (a cgroup migration: ~10-14 ms waiting for an
+    RCU grace period on a v1 hierarchy) overlaps discovery, planning and mounting rather than
+    delaying ldconfig. None when no ldconfig runs. Hand it to apply_edits(early=...)."""
+    if options.no_ldconfig:
+        return None
+    from nct.container import ldconfig
+
+    return ldconfig.start_ldconfig(None, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
+                                   enter=lambda: _enter(rootfs, pid, options.host_proc))
 
 
 def _is_host_root(rootfs: str) -> bool:
@@ -336,16 +362,46 @@ def _depth(path: str) -> int:
     return len([c for c in path.split("/") if c])
 
 
-def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions) -> None:
-    from nct.container import compat, ldconfig
+def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions,
+          early: PendingLdconfig | None = None) -> None:
+    from nct.container import ldconfig
 
-    # -- host side: open everything we will mount or run --
-    # One detached mount (fd) per source is held until the container side attaches (and
-    # closes) it: the fd limit follows the plan, so no number of mounts is too many.
-    held = len(edits.mounts) + (0 if options.no_devbind else len(edits.device_nodes))
-    held += len(edits.proc_driver_gpus or ())
-    if held and sc.new_mount_api():
-        sc.ensure_nofile(held + FD_SLACK, f"mounting {held} files and devices")
+    run_ld = not options.no_ldconfig and (edits.ldconfig_folders or edits.cuda_compat_dir)
+    pending = early
+    try:
+        # -- host side: open everything we will mount or run --
+        # One detached mount (fd) per source is held until the container side attaches (and
+        # closes) it: the fd limit follows the plan, so no number of mounts is too many.
+        held = len(edits.mounts) + (0 if options.no_devbind else len(edits.device_nodes))
+        held += len(edits.proc_driver_gpus or ())
+        if held and sc.new_mount_api():
+            sc.ensure_nofile(held + FD_SLACK, f"mounting {held} files and devices")
+        if pending is not None and not run_ld:
+            pending.cancel()
+            pending = None
+        if run_ld and pending is None:
+            ld_fd = None
+            host_ld = ldconfig.host_ldconfig(options.ldconfig)
+            if host_ld is not None:
+                ld_fd = ldconfig.sealed_copy(host_ld)
+            jails = JailSite()  # host side: the container's view may lack our cgroup
+            # ldconfig's child first, host side: its move into the deny-all device cgroup (a
+            # cgroup migration, ~10-14 ms waiting for an RCU grace period on a v1 hierarchy)
+            # overlaps opening the sources and the mounting below; it enters the container itself
+            pending = ldconfig.start_ldconfig(None, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
+                                              ldconfig_fd=ld_fd, jail_site=jails,
+                                              enter=lambda: _enter(rootfs, pid, options.host_proc))
+        _host_then_container(edits, rootfs, pid, options, pending)
+    finally:
+        if pending is not None:
+            pending.cancel()
+
+
+def _host_then_container(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions,
+                         pending: PendingLdconfig | None) -> None:
+    """Open every source host side, enter the container, attach them, then run ldconfig."""
+    from nct.container import compat
+
     mounts = []
     for m in sorted(edits.mounts, key=lambda m: _depth(m.container_path)):
         if m.type not in (None, "bind", "rbind"):
@@ -369,36 +425,24 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
         for bus in edits.proc_driver_gpus:
             gpu_dir = f"{options.proc_root}/driver/nvidia/gpus/{bus}"
             gpu_dirs.append((bus, _open_source(gpu_dir, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
-    ld_fd = None
-    run_ld = not options.no_ldconfig and (edits.ldconfig_folders or edits.cuda_compat_dir)
-    host_ld = ldconfig.host_ldconfig(options.ldconfig)
-    if run_ld and host_ld is not None:
-        ld_fd = ldconfig.sealed_copy(host_ld)
-    jails = JailSite() if run_ld else None  # host side: the container's view may lack our cgroup
 
     # -- container side --
     root = _enter(rootfs, pid, options.host_proc)
-    # ldconfig's child first: its move into the deny-all device cgroup (a cgroup migration,
-    # ~9 ms waiting for an RCU grace period) overlaps the mounting below
-    pending = (ldconfig.start_ldconfig(root, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
-                                       ldconfig_fd=ld_fd, jail_site=jails) if run_ld else None)
-    try:
-        if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it
-            _proc_view(root, proc_files, gpu_dirs)
-        for src in mounts:
-            _attach(root, src)
-        for d, node_src, mode in devices:
-            if node_src is not None:
-                _attach(root, node_src)
-            else:
-                root.mknod(d.path, mode, d.major, d.minor)
-        for s in edits.symlinks:
-            root.symlink(s.target, s.link)
-        if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
-            compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
-                                 legacy=True)
-        if pending is not None:
-            pending.run(list(edits.ldconfig_folders))
-    finally:
-        if pending is not None:
-            pending.cancel()
+    if pending is not None:
+        pending.attach(root)
+    if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it
+        _proc_view(root, proc_files, gpu_dirs)
+    for src in mounts:
+        _attach(root, src)
+    for d, node_src, mode in devices:
+        if node_src is not None:
+            _attach(root, node_src)
+        else:
+            root.mknod(d.path, mode, d.major, d.minor)
+    for s in edits.symlinks:
+        root.symlink(s.target, s.link)
+    if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
+        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
+                             legacy=True)
+    if pending is not None:
+        pending.run(list(edits.ldconfig_folders))

@@ -37,7 +37,7 @@ from nct.sigreset import default_signals
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 MFD_EXEC = 0x10
 OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
@@ -574,22 +574,27 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
     pending.run(folders, write_conf=write_conf, extra_files=extra_files)
 
 
-def start_ldconfig(root: Root, *, ldconfig: str = "@/sbin/ldconfig", no_pivot: bool = False,
-                   ldconfig_fd: int | None = None, jail_site: JailSite | None = None) -> PendingLdconfig:
+def start_ldconfig(root: Root | None, *, ldconfig: str = "@/sbin/ldconfig", no_pivot: bool = False,
+                   ldconfig_fd: int | None = None, jail_site: JailSite | None = None,
+                   enter: Callable[[], Root] | None = None) -> PendingLdconfig:
     """Fork ldconfig's child now and let it move into its deny-all device cgroup while the
     caller goes on (attaching mounts, creating links): the move waits for an RCU grace
     period (~9 ms on kernels whose cgroup hierarchy lacks `favordynmods`), which then
     overlaps the caller's work. The child does nothing else (no pivot, no fd closed, no exec)
     until PendingLdconfig.run sends it its command line; cancel() (or the caller's death)
-    ends it. The same child, the same confinement, as run_ldconfig's."""
-    return PendingLdconfig(root, ldconfig, no_pivot, ldconfig_fd, jail_site)
+    ends it. The same child, the same confinement, as run_ldconfig's.
+    `root` None: fork it before the caller enters the container (host side, so that its
+    cgroup move also overlaps the host-side work); the child then calls `enter()` (which
+    enters the container's mount namespace and opens its root, as the caller does) once it
+    has its command line, and the caller hands over its own Root with `attach()`."""
+    return PendingLdconfig(root, ldconfig, no_pivot, ldconfig_fd, jail_site, enter)
 
 
 class PendingLdconfig:
     """ldconfig's child, forked and in its jail, waiting for run() (or cancel())."""
 
-    def __init__(self, root: Root, ldconfig: str, no_pivot: bool, ldconfig_fd: int | None,
-                 jail_site: JailSite | None) -> None:
+    def __init__(self, root: Root | None, ldconfig: str, no_pivot: bool, ldconfig_fd: int | None,
+                 jail_site: JailSite | None, enter: Callable[[], Root] | None = None) -> None:
         self.root, self.ldconfig, self.pid = root, ldconfig, 0
         self.site = jail_site if jail_site is not None else JailSite()
         self.own_site = jail_site is None
@@ -602,38 +607,45 @@ class PendingLdconfig:
             if self.host is not None and self.own_fd:
                 self.fd = sealed_copy(self.host)
             self.jail = self.site.jail()
-            self.pid, self.err_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail)
+            self.pid, self.err_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail, enter)
         except BaseException:
             self._close()
             raise
+
+    def attach(self, root: Root) -> None:
+        """The caller's Root, once it has entered the container (a child forked with `enter`)."""
+        self.root = root
 
     def run(self, folders: list[str], *, write_conf: bool = False,
             extra_files: Sequence[tuple[str, bytes]] = ()) -> None:
         """Write the configuration (in-root) and run ldconfig in the waiting child."""
         try:
-            if write_conf and update_musl_path(self.root, folders):
+            root = self.root
+            if root is None:
+                raise ContainerError("ldconfig: run() before attach()")
+            if write_conf and update_musl_path(root, folders):
                 return
             if self.host is None:
                 argv0 = self.ldconfig
-                if self.root.stat(self.ldconfig + ".real") is not None:
+                if root.stat(self.ldconfig + ".real") is not None:
                     argv0 = self.ldconfig + ".real"
             else:
                 argv0 = self.host
             files: list[tuple[str, bytes]] = list(extra_files)
             args = ["-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"]
             if write_conf:
-                files.extend(prepare_conf(self.root, folders))
+                files.extend(prepare_conf(root, folders))
             else:
                 args.extend(conf_folders(folders))
             command = _command([argv0, *args])
             # Writes happen in-root from here (the child is chrooted anyway).
-            self.root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
+            root.create_file_if_absent("/etc/ld.so.conf", LD_SO_CONF, 0o644)
             # ldconfig truncates its temp file in place: one the image ships that is not a
             # regular file (a device node) would fail it on our nodev view (or, unconfined,
             # be written to).
-            self.root.remove_unless_regular(CACHE_TEMP)
+            root.remove_unless_regular(CACHE_TEMP)
             for path, data in files:
-                self.root.write_file(path, data, 0o644)
+                root.write_file(path, data, 0o644)
             if self.jail is not None and self.jail.problem:  # the nodev view still keeps devices out
                 os.write(2, f"warning: ldconfig runs without a deny-all device cgroup ({self.jail.problem})\n"
                          .encode())
@@ -643,7 +655,7 @@ class PendingLdconfig:
             except BrokenPipeError:  # the child died before reading it: _finish says why
                 pass
             pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
-            _finish(self.root, pid, err_r)
+            _finish(root, pid, err_r)
         finally:
             self._close()
 
@@ -723,14 +735,18 @@ def _wait_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _fork_child(root: Root, exe_fd: int | None, no_pivot: bool, jail: DeviceJail) -> tuple[int, int, int]:
-    """Fork ldconfig's child: it enters the jail, then waits for its command line on a pipe.
-    Returns (pid, its output's read end, the command pipe's write end)."""
-    proc = root.proc_dir()  # the host's procfs: the container's /proc may not show us
+def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: DeviceJail,
+                enter: Callable[[], Root] | None = None) -> tuple[int, int, int]:
+    """Fork ldconfig's child: it enters the jail, then waits for its command line on a pipe
+    (and, with `root` None, then calls `enter()` for its Root). Returns (pid, its output's
+    read end, the command pipe's write end)."""
+    # the host's procfs: the container's /proc may not show us
+    proc = root.proc_dir() if root is not None else os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
 
     def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
+        rt = root
         try:
             os.close(go_w)
             os.dup2(err_w, 2)
@@ -750,13 +766,20 @@ def _fork_child(root: Root, exe_fd: int | None, no_pivot: bool, jail: DeviceJail
             if not argv:
                 return 0
             argv0, args = argv[0], argv[1:]
+            host_proc = proc
+            if rt is None:
+                if enter is None:
+                    raise ContainerError("no container root to run ldconfig in")
+                rt = enter()  # the container's mount namespace, as the caller's
+                os.close(proc)
+                host_proc = rt.proc_dir()  # opened host side by enter(), as the caller's Root
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({root.fd, proc} | ({exe_fd} if exe_fd is not None else set()))
+            sc.close_fds_except({rt.fd, host_proc} | ({exe_fd} if exe_fd is not None else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
-            _enter_root(root, no_pivot)
-            _detach_kernel_mounts(proc)
-            os.close(proc)
+            _enter_root(rt, no_pivot)
+            _detach_kernel_mounts(host_proc)
+            os.close(host_proc)
             for d in ("/proc", "/sys", "/dev"):
                 _hide(d)
             # No host network, IPC, hostname or processes; then only the capabilities ldconfig needs.
@@ -797,6 +820,8 @@ def _fork_child(root: Root, exe_fd: int | None, no_pivot: bool, jail: DeviceJail
         raise
     finally:
         os.close(go_r)
+        if root is None:
+            os.close(proc)
     return pid, err_r, go_w
 
 

@@ -162,18 +162,36 @@ def apply_options(prepared: Prepared, request: ContainerRequest, settings: Setti
     )
 
 
+def early_ldconfig(rootfs: str, pid: int, settings: Settings):
+    """ldconfig's child, forked before discovery by the disposable hook process (see
+    nct.container.apply.early_ldconfig); None when no ldconfig is configured. Hand it to
+    configure(early=...), which always ends it; cancel() it if configure is not reached."""
+    from nct.container.apply import ApplyOptions, early_ldconfig as _early
+
+    return _early(rootfs, pid, ApplyOptions(ldconfig=settings.ldconfig or "@/sbin/ldconfig",
+                                            no_ldconfig=settings.ldconfig is None, no_pivot=settings.no_pivot,
+                                            host_proc=settings.host_proc))
+
+
 def configure(prepared: Prepared, request: ContainerRequest, rootfs: str, pid: int | None,
-              settings: Settings, *, in_process: bool = False) -> None:
+              settings: Settings, *, in_process: bool = False, early=None) -> None:
     """Apply a prepared plan to the container (its mount namespace when `pid` is given).
-    `in_process`: the caller is a disposable process (see apply_edits): no fork."""
+    `in_process`: the caller is a disposable process (see apply_edits): no fork. `early`:
+    from early_ldconfig (ended here, used or not)."""
     from nct.container.apply import apply_edits
 
     edits = prepared.edits
     if request.cuda_compat_mode not in ("ldconfig", "mount"):
         edits = edits.replace(cuda_compat_dir=None)
-    made = make_request_nodes(edits, settings)
     try:
-        apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process)
+        made = make_request_nodes(edits, settings)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    try:
+        apply_edits(edits, rootfs, pid, apply_options(prepared, request, settings), in_process=in_process,
+                    early=early)
     except BaseException:
         if made is not None:
             log.debug("removed the nodes made for this container: %s", made.undo())

@@ -140,10 +140,18 @@ def prestart(state_bytes: bytes, *, config_path: str | None = None, debug: bool 
     settings = settings_from_config(cfg)
     core.init_driver(settings, request)
     t1 = perf_counter()
-    prepared = core.prepare(request, rootfs, settings)
+    # the hook process only (it applies in-process): ldconfig's child now, so that its slow
+    # move into its device cgroup overlaps discovery and planning (core.early_ldconfig)
+    early = core.early_ldconfig(rootfs, pid, settings) if disposable else None
+    try:
+        prepared = core.prepare(request, rootfs, settings)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
     t2 = perf_counter()
     log.debug("configuring pid %d rootfs %s: %d device nodes, %d mounts", pid, rootfs,
               len(prepared.edits.device_nodes), len(prepared.edits.mounts))
-    core.configure(prepared, request, rootfs, pid, settings, in_process=disposable)
+    core.configure(prepared, request, rootfs, pid, settings, in_process=disposable, early=early)
     log.debug("timings: request %.1f ms, discover+plan %.1f ms, apply %.1f ms",
               (t1 - t0) * 1e3, (t2 - t1) * 1e3, (perf_counter() - t2) * 1e3)
