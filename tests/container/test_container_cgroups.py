@@ -5,6 +5,7 @@ is moved into the child cgroup; ENXIO (allowed, no driver) vs EPERM (denied)."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,33 @@ for p in sys.argv[1:]:
     except OSError as e:
         print(os.strerror(e.errno))
 """
+
+
+def attach_program(cgroup_dir: str, insns: bytes) -> None:
+    """Load and attach a whole device program next to any others (BPF_F_ALLOW_MULTI), as runc
+    does: built from the shipped syscall wrappers, the way cgroups.allow_v2 uses them."""
+    try:  # kernels before 5.11 charge BPF programs to RLIMIT_MEMLOCK
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        pass
+    cgfd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        prog = sc.bpf_prog_load_device(insns)
+        try:
+            sc.bpf_prog_attach(cgfd, prog, sc.BPF_F_ALLOW_MULTI, what=cgroup_dir)
+        finally:
+            os.close(prog)
+    finally:
+        os.close(cgfd)
+
+
+def attached_programs(cgroup_dir: str) -> tuple[int, list[int]]:
+    """(attach flags, program ids) of the device programs on `cgroup_dir`."""
+    cgfd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return sc.bpf_prog_query(cgfd, cgroup_dir)
+    finally:
+        os.close(cgfd)
 
 
 def open_in(procs_file: str, paths: list[str]) -> list[str]:
@@ -98,12 +126,12 @@ def cgroup2_dir():
 
 def test_v2_bpf_program_keeps_existing_rules(cgroup2_dir, nodes):
     # What runc does: one program allowing /dev/null (c 1:3), denying everything else.
-    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
     procs = os.path.join(cgroup2_dir, "cgroup.procs")
     assert open_in(procs, ["/dev/null", *nodes]) == ["ok", "Operation not permitted", "Operation not permitted"]
-    _, before = cg.attached_programs(cgroup2_dir)
+    _, before = attached_programs(cgroup2_dir)
     assert cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1, "rw")]) == 1
-    flags, after = cg.attached_programs(cgroup2_dir)
+    flags, after = attached_programs(cgroup2_dir)
     assert len(after) == 1 and after != before and flags & sc.BPF_F_ALLOW_MULTI
     # ours allowed, the old allow kept, the old deny kept
     assert open_in(procs, ["/dev/null", *nodes]) == ["ok", "Operation not permitted", "No such device or address"]
@@ -113,7 +141,7 @@ def test_v2_bpf_program_keeps_existing_rules(cgroup2_dir, nodes):
 
 
 def test_v2_access_bits_are_enforced(cgroup2_dir, nodes):
-    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
     cg.allow_v2(cgroup2_dir, [cg.DeviceRule("c", NV_MAJOR, 1, "r")])
     script = ("import os, sys\n"
               "for flags in (os.O_RDONLY, os.O_WRONLY):\n"
@@ -146,7 +174,7 @@ def test_allow_devices_dispatches_to_v2_on_a_v2_only_view(tmp_path, cgroup2_dir,
     fake_proc = tmp_path / "proc"
     (fake_proc / "4242").mkdir(parents=True)
     (fake_proc / "4242" / "cgroup").write_text(f"0::{rel}\n")
-    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
     cg.allow_devices(4242, [cg.DeviceRule("c", NV_MAJOR, 0, "rw")], str(fake_proc))
     assert open_in(os.path.join(cgroup2_dir, "cgroup.procs"), nodes) == [
         "No such device or address", "Operation not permitted"]

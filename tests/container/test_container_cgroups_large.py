@@ -14,7 +14,7 @@ import pytest
 from nct.container import cgroups as cg
 from nct.container import syscalls as sc
 from realparts import NV_MAJOR, needs_root
-from test_container_cgroups import cgroup2_dir, nodes, open_in  # noqa: F401 - pytest fixtures
+from test_container_cgroups import attach_program, cgroup2_dir, nodes, open_in  # noqa: F401 - pytest fixtures
 
 pytestmark = needs_root
 
@@ -27,13 +27,13 @@ def _rules(n: int, skip_minor: int) -> list[cg.DeviceRule]:
 
 
 def test_program_with_many_rules_loads_and_is_enforced(cgroup2_dir, nodes):
-    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm"), *_rules(MANY, 0)]))
+    attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm"), *_rules(MANY, 0)]))
     assert open_in(os.path.join(cgroup2_dir, "cgroup.procs"), ["/dev/null", *nodes]) == [
         "ok", "Operation not permitted", "No such device or address"]
 
 
 def test_allow_v2_with_many_rules(cgroup2_dir, nodes):
-    cg.attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
+    attach_program(cgroup2_dir, cg.deny_all_program([cg.DeviceRule("c", 1, 3, "rwm")]))
     assert cg.allow_v2(cgroup2_dir, _rules(MANY, 0)) == 1
     assert open_in(os.path.join(cgroup2_dir, "cgroup.procs"), ["/dev/null", *nodes]) == [
         "ok", "Operation not permitted", "No such device or address"]

@@ -406,11 +406,37 @@ def test_spec_device_edits_is_the_cdi_generate_plan(node_factory):
     node = node_factory(3, migs={1: 2})
     opts = PlanOptions(target="spec", check_requirements=False)
     common, devices, none = spec_device_edits(node, ("all",), opts)
-    assert common == common_edits(node, None, opts) and none is False
+    assert common == common_edits(node, None, opts).replace(app_profile=True) and none is None
     gpu0, gpu1, gpu2 = node.gpus
     assert [d for d, _ in devices] == [gpu0, gpu2, *gpu1.migs]
     assert devices[0][1] == gpu_edits(node, gpu0, opts) and devices[2][1] == mig_edits(node, gpu1.migs[0], opts)
-    _, devices, none = spec_device_edits(node, ("none",), opts)
-    assert devices == [] and none is True
+    common, devices, none = spec_device_edits(node, ("none",), opts)
+    assert devices == [] and none == ContainerEdits(env=["NVCT_EMPTY_DEVICE="]) and not common.app_profile
     with pytest.raises(RequestError):
         spec_device_edits(node, ("7",), opts)
+
+
+def test_spec_flavour_decisions_are_the_planners(node_factory):
+    """issue 13: what a spec's container gets beyond nodes and files is planned in nct.edits,
+    as data the renderer turns into hooks: /dev/dri made 755 for a GPU with DRM nodes (only
+    with open_dri: `cdi generate` with its chmod hook enabled; never live, never a MIG
+    device), and the application profile update when the spec has devices."""
+    from nct.cdi.hooks import HookOptions, hook_edits
+    from nct.edits.planner import gpu_edits, mig_edits, spec_device_edits
+
+    node = node_factory(2, migs={1: 1})
+    opened = PlanOptions(target="spec", check_requirements=False, open_dri=True)
+    assert gpu_edits(node, node.gpus[0], opened).chmod_dirs == ["/dev/dri"]
+    assert gpu_edits(node, node.gpus[0], SPEC).chmod_dirs == []
+    assert gpu_edits(node, node.gpus[0], PlanOptions(open_dri=True, capabilities=frozenset({"graphics"}))
+                     ).chmod_dirs == []
+    assert mig_edits(node, node.gpus[1].migs[0].replace(profile="1g.10gb+gfx"), opened).chmod_dirs == []
+    no_drm = node.replace(gpus=(node.gpus[0].replace(drm=()),))
+    assert gpu_edits(no_drm, no_drm.gpus[0], opened).chmod_dirs == []
+
+    common, devices, _ = spec_device_edits(node, ("0",), opened)
+    names = [h.args[1] for h in hook_edits(devices[0][1], HookOptions())]
+    assert names[0] == "chmod" and hook_edits(devices[0][1], HookOptions())[0].args[2:] == (
+        "--mode", "755", "--path", "/dev/dri")
+    assert "chmod" not in [h.args[1] for h in hook_edits(devices[0][1], HookOptions(disabled=frozenset({"chmod"})))]
+    assert [h.args[1] for h in hook_edits(common, HookOptions())][-1] == "update-application-profile"

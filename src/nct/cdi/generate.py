@@ -1,9 +1,11 @@
 """`nvidia-ctk cdi generate`: a CDI spec for the node, from our own discovery.
 
 This module only orchestrates and renders: options -> roots, discovery (nct.driver),
-selection and edits (nct.edits: `common_edits` once at spec level, `gpu_edits` /
-`mig_edits` per device; nct.edits.classes for management, imex, gds, mofed, gdrcopy and
-nvswitch), device names, hooks and the spec (nct.cdi.render).
+selection and edits (nct.edits: `spec_device_edits` for GPU specs, with the spec-only
+decisions (/dev/dri chmod, application profile, the `none` device); nct.edits.classes for
+management, imex, gds, mofed, gdrcopy and nvswitch), device names, hooks and the spec
+(nct.cdi.render). --max-cdi-version below 0.7.0 (no additionalGids in the format) is a
+rendering limit handed to the planner as its no-additional-gids option.
 
 The spec carries nothing of nct's own: no annotations, so its cdiVersion is the minimum
 upstream would write for the same content (0.5.0 unless device nodes need additionalGids),
@@ -17,7 +19,7 @@ import sys
 from nct.record import Record, field
 
 from nct.cdi import version as cdi_version
-from nct.cdi.hooks import CDI_HOOK_NAMES, DEFAULT_HOOK_PATH, HookOptions, cdi_hook
+from nct.cdi.hooks import CDI_HOOK_NAMES, DEFAULT_HOOK_PATH, HookOptions
 from nct.cdi.names import class_error, vendor_error
 from nct.driver.model import Gpu, MigDevice, Node, Roots
 from nct.edits.classes import DEVICE_CLASSES, show_path
@@ -76,7 +78,6 @@ class Plan(Record, frozen=False):
     common: ContainerEdits | None = None
     annotations: dict[str, str] = field(default_factory=dict)
     all_device: bool = True
-    app_profile: bool = False  # add the update-application-profile hook (GPU specs)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -126,8 +127,10 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
         cfg = load_config(opts.config_path)
     roots = roots_for(opts.driver_root, opts.dev_root, cfg)
     hook_path = resolve_hook_path(opts.hook_path)
+    # Below 0.7.0 the format has no additionalGids: a rendering limit of CDI, handed to the
+    # planner as the same option as the feature flag.
     no_gids = ("no-additional-gids-for-device-nodes" in flags or cfg.features.no_additional_gids_for_device_nodes
-               or (cap is not None and cdi_version.key(cap) < (0, 7, 0)))
+               or not cdi_version.reads_additional_gids(cap))
 
     if mode in CLASS_MODES:
         plan = class_plan(mode, roots, no_gids)
@@ -142,7 +145,7 @@ def generate_spec(opts: GenerateOptions, *, node: Node | None = None, cfg=None,
             plan = management_plan(node, no_gids, opts.compat32)
         else:
             plan = gpu_plan(node, opts.device_ids, opts.device_name_strategies, disabled,
-                            hook_path=hook_path, no_gids=no_gids, compat32=opts.compat32)
+                            no_gids=no_gids, compat32=opts.compat32)
     if warnings is not None:
         warnings.extend(f"unknown feature flag {f!r} ignored" for f in unknown)
         warnings.extend(plan.warnings)
@@ -216,28 +219,27 @@ def discover_for_generate(roots: Roots, library_search_paths: tuple[str, ...] = 
 
 # --- plans per mode --------------------------------------------------------------------------
 
-def _plan_options(no_gids: bool, compat32: bool = False):
+def _plan_options(no_gids: bool, compat32: bool = False, open_dri: bool = False):
     from nct.edits.planner import PlanOptions
 
-    return PlanOptions(target="spec", no_additional_gids=no_gids, check_requirements=False, compat32=compat32)
+    return PlanOptions(target="spec", no_additional_gids=no_gids, check_requirements=False, compat32=compat32,
+                       open_dri=open_dri)
 
 
 def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...], disabled: frozenset[str],
-             *, hook_path: str = DEFAULT_HOOK_PATH, no_gids: bool = False, compat32: bool = False) -> Plan:
-    """nvml mode: one entry per GPU (MIG disabled) and per MIG device, per name strategy."""
+             *, no_gids: bool = False, compat32: bool = False) -> Plan:
+    """nvml mode: one entry per GPU (MIG disabled) and per MIG device, per name strategy
+    (the edits, `none` included, are nct.edits.planner.spec_device_edits')."""
     from nct.edits.planner import spec_device_edits
 
     for s in strategies:
         if s not in ("index", "uuid", "type-index"):
             raise NctError(f"invalid device name strategy {s!r} (index, uuid, type-index)")
-    plan = Plan(vendor="nvidia.com", cls="gpu", app_profile=True)
-    plan.common, devices, none = spec_device_edits(node, device_ids, _plan_options(no_gids, compat32))
-    chmod = "chmod" not in disabled
+    plan = Plan(vendor="nvidia.com", cls="gpu")
+    options = _plan_options(no_gids, compat32, open_dri="chmod" not in disabled)
+    plan.common, devices, none = spec_device_edits(node, device_ids, options)
     for dev, edits in devices:
         if isinstance(dev, Gpu):
-            # rendering: the spec opens /dev/dri to the container's users with a hook
-            if chmod and any(d.path.startswith("/dev/dri/") for d in edits.device_nodes):
-                edits.hooks.append(cdi_hook("chmod", ("--mode", "755", "--path", "/dev/dri"), HookOptions(hook_path)))
             names = gpu_names(dev, strategies)
         else:
             names = mig_names(dev, strategies)
@@ -246,8 +248,10 @@ def gpu_plan(node: Node, device_ids: tuple[str, ...], strategies: tuple[str, ...
                                      "no uuid-named entry for it")
         for name in names:
             plan.devices.append((name, edits))
-    if none:
-        plan.devices.append(("none", ContainerEdits(env=["NVCT_EMPTY_DEVICE="])))
+    if plan.common.app_profile and all(name == "none" for name, _ in plan.devices):
+        plan.common.app_profile = False  # every device went unnamed (no UUID for a uuid-only strategy)
+    if none is not None:
+        plan.devices.append(("none", none))
     if not plan.devices:
         raise RequestError("no GPUs or MIG devices found on the node to generate CDI devices for")
     return plan
@@ -295,18 +299,12 @@ def class_plan(mode: str, roots: Roots, no_gids: bool = False) -> Plan:
 # --- rendering ----------------------------------------------------------------------------------
 
 def render_plan(plan: Plan, hook_opts: HookOptions) -> dict:
-    """The CDI spec dict of a plan; update-application-profile goes last in the spec-level
-    hooks (after the ones derived from the edits)."""
-    from nct.cdi.render import build_spec, hook_to_cdi
+    """The CDI spec dict of a plan (nct.cdi.render; the edits' dir modes and application
+    profile become nvidia-cdi-hook hooks there, nct.cdi.hooks)."""
+    from nct.cdi.render import build_spec
 
-    spec = build_spec(plan.vendor, plan.cls, plan.devices, plan.common, plan.annotations or None,
+    return build_spec(plan.vendor, plan.cls, plan.devices, plan.common, plan.annotations or None,
                       hook_options=hook_opts, all_device=plan.all_device)
-    if plan.app_profile and hook_opts.enabled("update-application-profile") \
-            and any(n != "none" for n, _ in plan.devices):
-        hook = hook_to_cdi(cdi_hook("update-application-profile", (), hook_opts))
-        edits = spec.setdefault("containerEdits", {})
-        edits.setdefault("hooks", []).append(hook)
-    return spec
 
 
 def finish_spec(spec: dict, cap: str | None) -> dict:

@@ -53,12 +53,17 @@ def cdi_hook(name: str, args: list[str] | tuple[str, ...] = (), opts: HookOption
 
 
 def derived_hooks(edits: ContainerEdits, opts: HookOptions | None = None) -> list[HookEdit]:
-    """The hooks that express `edits`' symlinks, ldconfig folders, /proc view and CUDA
-    compat, minus the disabled ones."""
+    """The hooks that express `edits`' dir modes, symlinks, ldconfig folders, /proc view,
+    CUDA compat and application profile, minus the disabled ones."""
     opts = opts or HookOptions()
     out: list[HookEdit] = []
+    if edits.chmod_dirs and opts.enabled("chmod"):
+        args = ["--mode", "755"]
+        for d in dict.fromkeys(edits.chmod_dirs):
+            args += ["--path", d]
+        out.append(cdi_hook("chmod", args, opts))
     if edits.symlinks and opts.enabled("create-symlinks"):
-        args: list[str] = []
+        args = []
         seen = set()
         for s in edits.symlinks:
             if (s.target, s.link) not in seen:
@@ -82,6 +87,8 @@ def derived_hooks(edits: ContainerEdits, opts: HookOptions | None = None) -> lis
         out.append(cdi_hook("update-ldcache", args, opts))
     if edits.proc_driver_gpus is not None and opts.enabled("disable-device-node-modification"):
         out.append(cdi_hook("disable-device-node-modification", (), opts))
+    if edits.app_profile and opts.enabled("update-application-profile"):
+        out.append(cdi_hook("update-application-profile", (), opts))
     if opts.steps and len(out) > 1:
         return [steps_hook(out, opts)]
     return out

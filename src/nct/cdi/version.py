@@ -24,6 +24,14 @@ def key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+ADDITIONAL_GIDS_SINCE = "0.7.0"
+
+
+def reads_additional_gids(version: str | None) -> bool:
+    """Whether a consumer reading specs up to `version` (None: any) knows additionalGids."""
+    return version is None or key(version) >= key(ADDITIONAL_GIDS_SINCE)
+
+
 def _edits_list(spec: dict) -> list[dict]:
     out = [spec.get("containerEdits") or {}]
     out += [(d.get("containerEdits") or {}) for d in spec.get("devices") or [] if isinstance(d, dict)]
@@ -45,7 +53,7 @@ def minimum_version(spec: dict) -> str:
         return "1.1.0"
     # 0.7.0: intelRdt, additionalGids
     if any_edit(lambda e: e.get("intelRdt") is not None or e.get("additionalGids")):
-        return "0.7.0"
+        return ADDITIONAL_GIDS_SINCE
     # 0.6.0: annotations anywhere; '.' in the class name
     kind = spec.get("kind")
     cls = kind.split("/", 1)[1] if isinstance(kind, str) and "/" in kind else ""

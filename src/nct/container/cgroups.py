@@ -169,34 +169,11 @@ def _raise_memlock() -> None:
         pass
 
 
-def attached_programs(cgroup_dir: str) -> tuple[int, list[int]]:
-    fd = _open_cgroup(cgroup_dir)
-    try:
-        return sc.bpf_prog_query(fd, cgroup_dir)
-    finally:
-        os.close(fd)
-
-
 def _open_cgroup(cgroup_dir: str) -> int:
     try:
         return os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"cgroup {cgroup_dir}: {e.strerror}") from None
-
-
-def attach_program(cgroup_dir: str, insns: bytes) -> None:
-    """Load and attach a complete device program (BPF_F_ALLOW_MULTI). Used by tests and
-    where a cgroup has no program yet but must be restricted."""
-    _raise_memlock()
-    cg = _open_cgroup(cgroup_dir)
-    try:
-        prog = sc.bpf_prog_load_device(insns)
-        try:
-            sc.bpf_prog_attach(cg, prog, sc.BPF_F_ALLOW_MULTI, what=cgroup_dir)
-        finally:
-            os.close(prog)
-    finally:
-        os.close(cg)
 
 
 def allow_v2(cgroup_dir: str, rules: list[DeviceRule]) -> int:

@@ -89,7 +89,7 @@ def _parse_new(data: bytes, base: int, path: str) -> tuple[list[CacheEntry], str
     if endian_flag == 1:
         raise DiscoveryError(f"{path}: corrupt ld.so.cache (invalid endianness flag)")
     bo = ">" if endian_flag == 3 else "<"
-    nlibs, len_strings = struct.unpack_from(bo + "II", data, base + 20)
+    nlibs, _len_strings = struct.unpack_from(bo + "II", data, base + 20)
     (ext_offset,) = struct.unpack_from(bo + "I", data, base + 32)
     first = base + 48
     if first + nlibs * 24 > len(data):

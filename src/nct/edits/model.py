@@ -49,13 +49,6 @@ class HookEdit(Record):
     env: tuple[str, ...] = ("NVIDIA_CTK_DEBUG=false",)
     timeout: int | None = None
 
-    @property
-    def subcommand(self) -> str | None:
-        """The nvidia-cdi-hook subcommand this hook runs (args[1]), if it is one of ours."""
-        if len(self.args) >= 2 and self.args[0] in ("nvidia-cdi-hook", "nvidia-ctk"):
-            return self.args[2] if self.args[0] == "nvidia-ctk" and len(self.args) > 2 else self.args[1]
-        return None
-
 
 class SymlinkEdit(Record):
     """A symlink to create in the container: `link` (container path) -> `target`."""
@@ -79,6 +72,11 @@ class ContainerEdits(Record, frozen=False):
     proc_driver_gpus: list[str] | None = None
     # CUDA forward-compat dir in the image to add to the ld cache when newer than the host.
     cuda_compat_dir: str | None = None
+    # Specs only (renderers turn them into nvidia-cdi-hook calls): container dirs made mode
+    # 755 (`chmod`: /dev/dri of GPUs with DRM nodes, PlanOptions.open_dri), and whether the
+    # container's application profile is updated (`update-application-profile`: GPU specs).
+    chmod_dirs: list[str] = field(default_factory=list)
+    app_profile: bool = False
 
     def merge(self, other: "ContainerEdits") -> "ContainerEdits":
         """Append other's edits (env by key replaces), keeping first-seen order."""
@@ -88,6 +86,7 @@ class ContainerEdits(Record, frozen=False):
             ldconfig_folders=list(self.ldconfig_folders), additional_gids=list(self.additional_gids),
             proc_driver_gpus=None if self.proc_driver_gpus is None else list(self.proc_driver_gpus),
             cuda_compat_dir=self.cuda_compat_dir or other.cuda_compat_dir,
+            chmod_dirs=list(self.chmod_dirs), app_profile=self.app_profile or other.app_profile,
         )
         if other.env:  # by key: a later value replaces, in place of the first
             by_key = {e.split("=", 1)[0]: e for e in out.env}
@@ -96,7 +95,8 @@ class ContainerEdits(Record, frozen=False):
                 by_key.pop(key, None)
                 by_key[key] = e
             out.env = list(by_key.values())
-        for attr in ("device_nodes", "mounts", "hooks", "symlinks", "ldconfig_folders", "additional_gids"):
+        for attr in ("device_nodes", "mounts", "hooks", "symlinks", "ldconfig_folders", "additional_gids",
+                     "chmod_dirs"):
             mine = getattr(out, attr)
             seen = set(mine)  # records and strings hash: linear, whatever the sizes
             for item in getattr(other, attr):
@@ -110,4 +110,5 @@ class ContainerEdits(Record, frozen=False):
 
     def is_empty(self) -> bool:
         return not (self.env or self.device_nodes or self.mounts or self.hooks or self.symlinks
-                    or self.ldconfig_folders or self.additional_gids or self.proc_driver_gpus)
+                    or self.ldconfig_folders or self.additional_gids or self.proc_driver_gpus
+                    or self.chmod_dirs or self.app_profile)

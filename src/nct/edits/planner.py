@@ -59,7 +59,9 @@ class PlanOptions(Record):
     is carried to ApplyOptions (nodes are still planned: cgroup rules); `no_additional_gids`
     is features.no-additional-gids-for-device-nodes (spec). `compat32`: a spec gets the
     i386 driver libraries too (upstream's specs never have them; plan() sets it when the
-    container's capabilities include compat32)."""
+    container's capabilities include compat32). `open_dri` (spec): a GPU with DRM nodes gets
+    /dev/dri made 755 in the container (ContainerEdits.chmod_dirs; `cdi generate` sets it
+    when its chmod hook is enabled)."""
 
     target: str = "live"
     lib_dir: str = "/usr/lib/x86_64-linux-gnu"
@@ -77,6 +79,7 @@ class PlanOptions(Record):
     check_requirements: bool = True
     cuda_compat_dir: str = DEFAULT_COMPAT_DIR
     compat32: bool = False
+    open_dri: bool = False
 
     def __post_init__(self) -> None:
         if self.target not in ("live", "spec"):
@@ -167,6 +170,8 @@ def gpu_edits(node: Node, gpu: Gpu, options: PlanOptions | None = None, *, drm: 
     caps = options.capabilities or frozenset()
     if drm and (not options.live or caps & {"graphics", "display"}):
         _drm(b, gpu)
+        if options.open_dri and not options.live and any(d.path.startswith("/dev/dri/") for d in b.edits.device_nodes):
+            b.edits.chmod_dirs.append("/dev/dri")
     if options.live:
         b.edits.proc_driver_gpus = [posixpath.basename(gpu.proc_dir.rstrip("/")) or gpu.bus_id]
     return b.edits
@@ -192,15 +197,23 @@ def mig_edits(node: Node, mig: MigDevice, options: PlanOptions | None = None) ->
 
 
 def spec_device_edits(node: Node, device_ids, options: PlanOptions | None = None
-                      ) -> tuple[ContainerEdits, list[tuple[Gpu | MigDevice, ContainerEdits]], bool]:
-    """A GPU CDI spec's plan (`cdi generate`): the common edits, then each device
-    --device-id selects (the selector's spec flavour: full GPUs without MIG, then MIG
-    devices) with its own edits, and whether `none` was asked. Names are the renderer's."""
+                      ) -> tuple[ContainerEdits, list[tuple[Gpu | MigDevice, ContainerEdits]], ContainerEdits | None]:
+    """A GPU CDI spec's plan (`cdi generate`): the common edits (with the application
+    profile update when there are devices), then each device --device-id selects (the
+    selector's spec flavour: full GPUs without MIG, then MIG devices) with its own edits,
+    and the edits of the `none` device when asked (None otherwise). Names are the renderer's."""
     common = common_edits(node, None, options)
     selection = select_devices(node, device_ids, spec=True)
     devices: list[tuple[Gpu | MigDevice, ContainerEdits]] = [(g, gpu_edits(node, g, options)) for g in selection.gpus]
     devices += [(m, mig_edits(node, m, options)) for m in selection.migs]
-    return common, devices, selection.none
+    common.app_profile = bool(devices)
+    return common, devices, none_device_edits() if selection.none else None
+
+
+def none_device_edits() -> ContainerEdits:
+    """The `none` device: no GPU, only a placeholder variable (a CDI device needs at least
+    one edit)."""
+    return ContainerEdits(env=["NVCT_EMPTY_DEVICE="])
 
 
 def mig_admin_edits(node: Node, selection: Selection, which: str, value: str,

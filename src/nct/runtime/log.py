@@ -137,6 +137,3 @@ class Logger:
             except OSError:
                 pass
         self.fds = []
-
-
-NULL = Logger()
