@@ -123,7 +123,16 @@ def _entry(rootfs: str, pid: int | None, host_proc: str) -> Callable[[], Root]:
     opened here, host side, before ldconfig's child is forked, and both that child and the
     caller enter through it, so that both get the same namespace even if `pid` exits and
     its number is reused by another process meanwhile."""
-    nsfd = None if pid is None else _open_ns(pid, host_proc)
+    if pid is None:
+        return lambda: _enter(rootfs, pid, host_proc)
+    try:
+        nsfd = _open_ns(pid, host_proc)
+    except ContainerError as e:  # reported when entering, after any earlier error (no driver, say)
+        err = e
+
+        def fail() -> Root:
+            raise err
+        return fail
     return lambda: _enter(rootfs, pid, host_proc, nsfd)
 
 
