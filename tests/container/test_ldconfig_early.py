@@ -200,3 +200,52 @@ def test_child_forked_host_side_runs_ldconfig_in_the_containers_mount_namespace(
     cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
                            capture_output=True, text=True).stdout
     assert "libnvearly.so.1 (libc6,x86-64) => /opt/nv/lib/libnvearly.so.1" in cache, cache
+
+
+PID_REUSED = """
+import os, sys
+from nct.container.apply import ApplyOptions, _enter, early_ldconfig
+
+rootfs, pid, fake_proc = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+pending = early_ldconfig(rootfs, pid, ApplyOptions(host_proc=fake_proc))
+# the container's pid exits and its number now names a host process (our own namespace)
+os.unlink(f"{fake_proc}/{pid}")
+os.symlink("/proc/self", f"{fake_proc}/{pid}")
+root = _enter(rootfs, pid, "/proc")  # the hook entered the container before that
+pending.attach(root)
+pending.run(["/opt/nv/lib"], write_conf=True)
+print("OK")
+"""
+
+
+def test_child_forked_host_side_enters_the_namespace_of_when_it_was_forked(rootfs, libs, tmp_path):
+    """ldconfig's child forked host side must not look the container's pid up again when it
+    runs: should that pid exit and its number be reused (here: a host process), it would run
+    ldconfig in another mount namespace than the one the hook configured. It enters through
+    a namespace fd opened before the fork (apply._entry)."""
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("needs unshare and nsenter (util-linux)")
+    import time
+
+    os.makedirs(os.path.join(rootfs, "opt/nv/lib"), exist_ok=True)
+    box = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "120"])
+    try:
+        for _ in range(100):
+            if os.readlink(f"/proc/{box.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+                break
+            time.sleep(0.01)
+        subprocess.run(["nsenter", "-t", str(box.pid), "-m", "mount", "--bind", libs,
+                        os.path.join(rootfs, "opt/nv/lib")], check=True)
+        fake = tmp_path / "proc"
+        fake.mkdir()
+        os.symlink(f"/proc/{box.pid}", fake / str(box.pid))
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(PID_REUSED), rootfs, str(box.pid), str(fake)],
+                           capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        box.kill()
+        box.wait()
+    assert r.returncode == 0, r.stderr
+    cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
+                           capture_output=True, text=True).stdout
+    assert "libnvearly.so.1 (libc6,x86-64) => /opt/nv/lib/libnvearly.so.1" in cache, cache

@@ -37,6 +37,8 @@ from nct.record import Record
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from nct.container.ldconfig import PendingLdconfig
 
 DEVICE_ATTRS = sc.MOUNT_ATTR_RDONLY | sc.MOUNT_ATTR_NOSUID | sc.MOUNT_ATTR_NOEXEC
@@ -113,7 +115,32 @@ def early_ldconfig(rootfs: str, pid: int | None, options: ApplyOptions) -> Pendi
     from nct.container import ldconfig
 
     return ldconfig.start_ldconfig(None, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
-                                   enter=lambda: _enter(rootfs, pid, options.host_proc))
+                                   enter=_entry(rootfs, pid, options.host_proc))
+
+
+def _entry(rootfs: str, pid: int | None, host_proc: str) -> Callable[[], Root]:
+    """Enter the container (`_enter`) through its mount namespace as it is now: the fd is
+    opened here, host side, before ldconfig's child is forked, and both that child and the
+    caller enter through it, so that both get the same namespace even if `pid` exits and
+    its number is reused by another process meanwhile."""
+    if pid is None:
+        return lambda: _enter(rootfs, pid, host_proc)
+    try:
+        nsfd = _open_ns(pid, host_proc)
+    except ContainerError as e:  # reported when entering, after any earlier error (no driver, say)
+        err = e
+
+        def fail() -> Root:
+            raise err
+        return fail
+    return lambda: _enter(rootfs, pid, host_proc, nsfd)
+
+
+def _open_ns(pid: int, host_proc: str) -> int:
+    try:
+        return os.open(f"{host_proc}/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ContainerError(f"container pid {pid}: {e.strerror}") from None
 
 
 def _is_host_root(rootfs: str) -> bool:
@@ -231,19 +258,19 @@ def _attach(root: Root, src: _Source) -> None:
         os.close(fd)
 
 
-def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
+def _enter(rootfs: str, pid: int | None, host_proc: str, nsfd: int | None = None) -> Root:
     """Enter the container's mount namespace and open its root, checking it is the directory
-    the host knows as `rootfs` (or, once the runtime has pivoted, the namespace's /)."""
+    the host knows as `rootfs` (or, once the runtime has pivoted, the namespace's /).
+    `nsfd`: that namespace, opened earlier (`_entry`); kept open."""
     try:
         want = os.stat(rootfs)
     except OSError as e:
         raise ContainerError(f"rootfs {rootfs}: {e.strerror}") from None
     if pid is None:
         return Root(rootfs)
-    try:
-        nsfd = os.open(f"{host_proc}/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ContainerError(f"container pid {pid}: {e.strerror}") from None
+    own_ns = nsfd is None
+    if nsfd is None:
+        nsfd = _open_ns(pid, host_proc)
     proc_self = os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # ours, for Root's mount checks
     # the host's mount table, for Root's volume checks: an open mountinfo keeps showing the
     # namespace it was opened in (after a pivot the container's table lacks the host's mounts)
@@ -254,7 +281,8 @@ def _enter(rootfs: str, pid: int | None, host_proc: str) -> Root:
         os.close(host_mounts[0])
         raise
     finally:
-        os.close(nsfd)
+        if own_ns:
+            os.close(nsfd)
     for candidate in (rootfs, "/"):
         try:
             st = os.stat(candidate)
@@ -390,7 +418,7 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
             # overlaps opening the sources and the mounting below; it enters the container itself
             pending = ldconfig.start_ldconfig(None, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
                                               ldconfig_fd=ld_fd, jail_site=jails,
-                                              enter=lambda: _enter(rootfs, pid, options.host_proc))
+                                              enter=_entry(rootfs, pid, options.host_proc))
         _host_then_container(edits, rootfs, pid, options, pending)
     finally:
         if pending is not None:
@@ -427,7 +455,9 @@ def _host_then_container(edits: ContainerEdits, rootfs: str, pid: int | None, op
             gpu_dirs.append((bus, _open_source(gpu_dir, bus, sc.MOUNT_ATTR_RDONLY | PROC_ATTRS)))
 
     # -- container side --
-    root = _enter(rootfs, pid, options.host_proc)
+    # through the namespace fd ldconfig's child enters (_entry), when there is one
+    root = pending.enter() if pending is not None and pending.enter is not None else \
+        _enter(rootfs, pid, options.host_proc)
     if pending is not None:
         pending.attach(root)
     if edits.proc_driver_gpus is not None:  # first: MIG capability files are mounted into it

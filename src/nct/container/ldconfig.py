@@ -596,6 +596,7 @@ class PendingLdconfig:
     def __init__(self, root: Root | None, ldconfig: str, no_pivot: bool, ldconfig_fd: int | None,
                  jail_site: JailSite | None, enter: Callable[[], Root] | None = None) -> None:
         self.root, self.ldconfig, self.pid = root, ldconfig, 0
+        self.enter = enter  # the caller enters the same way (the same namespace fd)
         self.site = jail_site if jail_site is not None else JailSite()
         self.own_site = jail_site is None
         self.own_fd = ldconfig_fd is None
