@@ -29,41 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import resultlog  # bench/resultlog.py
+from start_bench import sequence  # one engine-style container life (bench/start_bench.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 CAPS = "NVIDIA_DRIVER_CAPABILITIES=compute,utility"
 NODES = {"gpus1": (1, None), "gpus8": (8, None), "gpus64": (64, None), "mig8x7": (8, "7")}
-
-
-def sequence(runtime: str, root: str, bundle: str, env: dict) -> float:
-    """One engine-style container life in milliseconds; raises on any failure."""
-    cid = "nct-scale-" + uuid.uuid4().hex[:10]
-    t0 = time.perf_counter()
-
-    def step(*args: str) -> str:
-        r = subprocess.run([runtime, "--root", root, *args], env=env, capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL)
-        if r.returncode != 0:
-            raise RuntimeError(f"{os.path.basename(runtime)} {args[0]}: {r.stderr.strip()[-400:]}")
-        return r.stdout
-
-    with open(os.path.join(bundle, "create.log"), "w") as log:  # a created container keeps create's stdio
-        r = subprocess.run([runtime, "--root", root, "create", "--bundle", bundle, cid], env=env,
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    if r.returncode != 0:
-        raise RuntimeError(f"create: {Path(bundle, 'create.log').read_text()[-400:]}")
-    step("start", cid)
-    while '"stopped"' not in step("state", cid):
-        time.sleep(0.002)
-    step("delete", cid)
-    return (time.perf_counter() - t0) * 1000.0
 
 
 def inner(plan: dict) -> dict:
