@@ -186,8 +186,7 @@ def test_hook_stays_light(sim_node, rootfs, tmp_path, private_host_cache, visibl
 # reason for nct.config.tomlscan; json/re/enum ~6 ms, nct.jsonio; docs/development.md).
 HOOK_HEAVY = {"dataclasses", "typing", "inspect", "ast", "click", "yaml", "jsonschema", "subprocess",
               "logging", "tempfile", "tomllib", "json", "re", "enum", "signal", "functools",
-              "nct.cdi", "nct.oci", "nct.engines",
-              "nct.container.compat"}  # only for an image with CUDA compat libraries (this one has none)
+              "nct.cdi", "nct.oci", "nct.engines"}
 
 
 def _installed_launcher(directory: Path) -> Path:

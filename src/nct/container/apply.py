@@ -430,9 +430,8 @@ def _work(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOpt
 def _host_then_container(edits: ContainerEdits, rootfs: str, pid: int | None, options: ApplyOptions,
                          pending: PendingLdconfig | None) -> None:
     """Open every source host side, enter the container, attach them, then run ldconfig."""
-    compat_dir = edits.cuda_compat_dir if options.cuda_compat_mode != "disabled" else None
-    if compat_dir:  # imported host side (never through the container's mount namespace), when used
-        from nct.container import compat
+    from nct.container import compat
+
     mounts = []
     for m in sorted(edits.mounts, key=lambda m: _depth(m.container_path)):
         if m.type not in (None, "bind", "rbind"):
@@ -474,8 +473,8 @@ def _host_then_container(edits: ContainerEdits, rootfs: str, pid: int | None, op
             root.mknod(d.path, mode, d.major, d.minor)
     for s in edits.symlinks:
         root.symlink(s.target, s.link)
-    if compat_dir:
-        compat.enable_compat(root, compat_dir, options.driver_version, options.cuda_version,
+    if edits.cuda_compat_dir and options.cuda_compat_mode != "disabled":
+        compat.enable_compat(root, edits.cuda_compat_dir, options.driver_version, options.cuda_version,
                              legacy=True)
     if pending is not None:
         pending.run(list(edits.ldconfig_folders))
