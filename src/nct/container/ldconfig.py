@@ -877,10 +877,9 @@ def _fork_remover(jail: DeviceJail) -> int:
     if os.fork() == 0:
         try:
             os.close(gone_w)
-            for fd in (0, 1, 2):
-                os.close(fd)
+            os.closerange(0, 3)  # the caller's stdio (dup2'd over, but never held here)
             sc.close_fds_except({gone_r, jail.procs_fd, jail.parent_fd})
-            sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig-rm]")
+            sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconf-rm]")
             os.chdir("/")
             os.read(gone_r, 1)  # EOF: the child is gone (it leaves the jail just after)
             jail.close()
