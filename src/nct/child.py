@@ -67,7 +67,7 @@ def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None
     it too and drop what was read (overflowed); with `tail`, only the last `tail` bytes are
     kept and any amount may be read.
     `status_r` (closed here): a pipe on which the child writes the wait status it stands for
-    (4 bytes, native order: `report_status`) once its work is done, before it exits; that
+    (4 bytes, little-endian: `report_status`) once its work is done, before it exits; that
     status is used, and with `reap` False a child that reported is not waited for (a
     disposable caller: the exit of a child that unshared namespaces waits for their
     teardown; the orphan goes to the caller's reaper once the caller exits). A child that
@@ -109,11 +109,15 @@ def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None
     finally:
         os.close(r)
     reported = None
-    try:
-        if status_r is not None and not (timed_out or overflowed):
-            reported = _read_status(status_r, deadline)
-    finally:
-        if status_r is not None:
+    if status_r is not None:
+        try:
+            if not (timed_out or overflowed):
+                reported = _read_status(status_r, deadline)
+        except BaseException:
+            _kill(pid)
+            os.waitpid(pid, 0)
+            raise
+        finally:
             os.close(status_r)
     if timed_out or overflowed:
         _kill(pid)
