@@ -1,7 +1,8 @@
 """Run ldconfig against a container root without ever touching the host.
 
-The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
-anything else happens, so the binary we run cannot be swapped by the image. A forked child
+The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is opened and checked (a static ELF)
+before anything else happens and run from a sealed memfd copy of that open file (made by the
+child, checked again), so the binary we run cannot be swapped by the image. A forked child
 then enters a deny-all device cgroup (made through cgroups.JailSite, opened on the host side), takes its
 own mount namespace, makes every mount private, binds a copy of the container root whose
 every mount is nodev,nosuid (and read-only below the root: no writes into volumes) onto the
@@ -98,6 +99,16 @@ def _check_static_elf(fd: int, path: str) -> None:
 
 def sealed_copy(path: str) -> int:
     """A sealed, read-only memfd holding a copy of executable `path` (a static ELF)."""
+    src = open_static(path)
+    try:
+        return seal_copy(src, path)
+    finally:
+        os.close(src)
+
+
+def open_static(path: str) -> int:
+    """`path` opened for reading (close-on-exec), once checked to be a regular file holding
+    a static ELF executable: what seal_copy copies."""
     try:  # O_PATH first: a device node or FIFO named here is refused without being opened
         ref = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
@@ -112,10 +123,20 @@ def sealed_copy(path: str) -> int:
         os.close(ref)
     try:
         _check_static_elf(src, path)
-        try:
-            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
-        except OSError:
-            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except BaseException:
+        os.close(src)
+        raise
+    return src
+
+
+def seal_copy(src: int, path: str) -> int:
+    """A sealed, read-only memfd holding a copy of the file open as `src` (open_static's;
+    left open), checked again as copied (the file may have changed since it was checked)."""
+    try:
+        mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
+    except OSError:
+        mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
         size = os.fstat(src).st_size
         off = 0
         while off < size:
@@ -126,9 +147,11 @@ def sealed_copy(path: str) -> int:
         os.fchmod(mfd, 0o555)
         fcntl.fcntl(mfd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
-        return mfd
-    finally:
-        os.close(src)
+        _check_static_elf(mfd, path)
+    except BaseException:
+        os.close(mfd)
+        raise
+    return mfd
 
 
 def system_dirs(root: Root) -> list[str]:
@@ -610,11 +633,14 @@ class PendingLdconfig:
         self.jail: DeviceJail | None = None
         try:
             self.host = host_ldconfig(ldconfig)
+            copy_of = None
             if self.host is not None and self.own_fd:
-                self.fd = sealed_copy(self.host)
+                # checked here (a bad ldconfig fails the caller before anything is done);
+                # copied into its sealed memfd by the child, off the caller's path
+                self.fd, copy_of = open_static(self.host), self.host
             self.jail = self.site.jail()
             self.pid, self.err_r, self.status_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail, enter,
-                                                                         remover=not reap)
+                                                                         remover=not reap, copy_of=copy_of)
         except BaseException:
             self._close()
             raise
@@ -751,7 +777,8 @@ def _wait_status(status: int) -> int:
 
 
 def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: DeviceJail,
-                enter: Callable[[], Root] | None = None, remover: bool = False) -> tuple[int, int, int, int]:
+                enter: Callable[[], Root] | None = None, remover: bool = False,
+                copy_of: str | None = None) -> tuple[int, int, int, int]:
     """Fork ldconfig's child: it enters the jail, then waits for its command line on a pipe
     (and, with `root` None, then calls `enter()` for its Root). Returns (pid, its output's
     read end, its status pipe's read end, the command pipe's write end). Once ldconfig has
@@ -759,7 +786,8 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
     the status pipe (child.collect's `status_r`), which ldconfig never holds (it only has the
     output pipe): its report cannot be forged. `remover` (a caller that does not wait for
     the child): the child first forks a process that stays out of the jail and removes it
-    once the child is gone (_fork_remover)."""
+    once the child is gone (_fork_remover). `copy_of`: `exe_fd` is that host file, open
+    (open_static); the child runs a sealed copy it makes (seal_copy)."""
     # the host's procfs: the container's /proc may not show us
     proc = root.proc_dir() if root is not None else os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
@@ -773,6 +801,7 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
     def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
         rt = root
+        exe = exe_fd
         try:
             os.close(go_w)
             os.close(status_r)
@@ -790,6 +819,8 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
             gone_w = _fork_remover(jail) if remover else -1  # before entering: it stays out of the jail
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
+            if copy_of is not None and exe_fd is not None:  # from the caller's fd: no path looked up
+                exe = seal_copy(exe_fd, copy_of)
             argv = _receive(go_r)  # blocks until run() (EOF: cancelled, or the parent died)
             if not argv:
                 return 0
@@ -803,7 +834,7 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
                 host_proc = rt.proc_dir()  # opened host side by enter(), as the caller's Root
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            keep = {rt.fd, host_proc, status_w} | ({exe_fd} if exe_fd is not None else set())
+            keep = {rt.fd, host_proc, status_w} | ({exe} if exe is not None else set())
             sc.close_fds_except(keep | ({gone_w} if gone_w >= 0 else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(rt, no_pivot)
@@ -828,8 +859,8 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
                     os._exit(code)
                 default_signals()  # ldconfig gets default dispositions and no blocked signal
                 sc.seccomp_deny()  # last: nothing below needs a denied call but execve
-                if exe_fd is not None:
-                    os.execve(exe_fd, [argv0] + args, {})
+                if exe is not None:
+                    os.execve(exe, [argv0] + args, {})
                 os.execve(argv0, [argv0] + args, {})
             os.close(alive_r)
             os.close(0)
