@@ -324,9 +324,9 @@ def _planted(t, cache_dir, passes) -> tuple[Path, object]:
     data = json.loads(f.read_text())
     (entry,) = data.values()
     for part in entry["files"]:
-        for row in part:
-            if row[4] == "libcuda.so":
-                row[1] = "/planted/libcuda.so.1"
+        for i in range(0, len(part), 6):
+            if part[i + 4] == "libcuda.so":
+                part[i + 1] = "/planted/libcuda.so.1"
     f.write_text(json.dumps(data))
     return f, data
 
@@ -361,13 +361,13 @@ def _too_deep(f, data):
 
 def _bad_row(f, data):
     (entry,) = data.values()
-    entry["files"][0][0] = entry["files"][0][0][:5]
+    del entry["files"][0][-1]
     f.write_text(json.dumps(data))
 
 
 def _bad_kind(f, data):
     (entry,) = data.values()
-    entry["files"][0][0][0] = "ipc"
+    entry["files"][0][0] = "ipc"
     f.write_text(json.dumps(data))
 
 
@@ -388,6 +388,12 @@ def _wrong_identity(f, data):
     (entry,) = data.values()
     path = next(p for p, i in entry["lstat"].items() if i and not i.startswith("d"))
     entry["lstat"][path] = entry["lstat"][path] + "0"
+    f.write_text(json.dumps(data))
+
+
+def _bad_field_type(f, data):
+    (entry,) = data.values()
+    entry["files"][1][2] = ["/usr/bin/x"]
     f.write_text(json.dumps(data))
 
 
@@ -428,8 +434,8 @@ def _fifo(f, data):
     os.mkfifo(f, 0o600)
 
 
-DAMAGE = [_garbage, _truncated, _oversized, _too_deep, _bad_row, _bad_kind, _bad_identity_type, _nul_in_path,
-          _wrong_identity, _not_an_object, _symlinked, _group_writable_file, _group_writable_dir, _dir_not_ours,
+DAMAGE = [_garbage, _truncated, _oversized, _too_deep, _bad_row, _bad_kind, _bad_field_type, _bad_identity_type,
+          _nul_in_path, _wrong_identity, _not_an_object, _symlinked, _group_writable_file, _group_writable_dir, _dir_not_ours,
           _file_not_ours, _fifo]
 
 

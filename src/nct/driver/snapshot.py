@@ -104,8 +104,9 @@ def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str
 def _encode(rec: fsview.Recording, tree: TreeFiles) -> dict:
     # a stat of a path whose lstat saw no symlink says the same thing: keep one
     stats = {p: i for p, i in rec.stats.items() if rec.lstats.get(p) != i}
+    # each part one flat list, six values a file: nested lists cost the reader more
     return {"lstat": rec.lstats, "stat": stats,
-            "files": [[[f.kind, f.host_path, f.container_path, f.capability, f.name, f.soname] for f in part]
+            "files": [[v for f in part for v in (f.kind, f.host_path, f.container_path, f.capability, f.name, f.soname)]
                       for part in tree]}
 
 
@@ -119,7 +120,7 @@ def _valid(entry: object) -> TreeFiles | None:
             and all(isinstance(v, str) for t in (lstats, stats) for v in t.values())):
         return None
     try:
-        tree = ([_file(f) for f in files[0]], [_file(f) for f in files[1]])
+        tree = (_files(files[0]), _files(files[1]))
     except (TypeError, ValueError):
         return None
     return tree if fsview.unchanged(lstats, stats) else None
@@ -128,9 +129,14 @@ def _valid(entry: object) -> TreeFiles | None:
 _KINDS = frozenset(("lib", "lib32", "bin", "firmware", "config", "xorg"))
 
 
-def _file(f: object) -> DriverFile:
-    if not (isinstance(f, list) and len(f) == 6 and f[0] in _KINDS
-            and all(isinstance(v, str) for v in f[1:3]) and isinstance(f[4], str)
-            and all(v is None or isinstance(v, str) for v in (f[3], f[5]))):
-        raise ValueError("not a driver file")
-    return DriverFile(*f)
+def _files(flat: object) -> list[DriverFile]:
+    if not isinstance(flat, list) or len(flat) % 6:
+        raise ValueError("not a list of driver files")
+    out = []
+    for i in range(0, len(flat), 6):
+        kind, host, container, cap, name, soname = flat[i:i + 6]
+        if not (kind in _KINDS and type(host) is str and type(container) is str and type(name) is str
+                and (cap is None or type(cap) is str) and (soname is None or type(soname) is str)):
+            raise ValueError("not a driver file")
+        out.append(DriverFile(kind, host, container, cap, name, soname))
+    return out
