@@ -22,6 +22,7 @@ import treebuilder
 from nct import hostcache
 from nct.driver import discover, fsview, snapshot
 from nct.driver.discover import discover_node
+from nct.driver.rootpath import dirs_memo, resolve_in_root
 from treebuilder import LIB32, LIB64, VERSION
 
 LIBCUDA = f"{LIB64}/libcuda.so.{VERSION}"
@@ -110,6 +111,17 @@ def test_explicit_ldcache_is_its_own_snapshot(make_tree, cache_dir, passes, monk
     a = warm(t, cache_dir, passes)
     b = warm(t, cache_dir, passes, ldcache="/etc/ld.so.cache")
     assert a == b and len(passes) == 2  # another key: its own full pass
+
+
+def test_a_recorded_pass_looks_at_every_directory_itself(make_tree, cache_dir, passes):
+    """A path-lookup memo of an enclosing pass does not hide directories from the recording."""
+    t = make_tree(gpus=1)
+    with dirs_memo():
+        assert resolve_in_root(str(t.root), LIBCUDA) is not None  # the memo knows the lib dir now
+        discover_node(t.roots, use_nvml=False)
+    (f,) = snapshot_files(cache_dir)
+    (entry,) = json.loads(f.read_text()).values()
+    assert entry["lstat"][str(t.path(LIB64))].startswith("d")
 
 
 # --- invalidation -------------------------------------------------------------------------------

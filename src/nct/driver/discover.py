@@ -16,7 +16,7 @@ from nct.driver import procfs
 from nct.driver.elf import native_machine
 from nct.driver.ldcache import LdCache, read_ldcache
 from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
-from nct.driver.rootpath import host_path, proc_root, resolve_in_root
+from nct.driver.rootpath import dirs_memo, host_path, proc_root, resolve_in_root
 from nct.errors import DiscoveryError
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
@@ -139,7 +139,6 @@ def find_driver_files(roots: Roots, version: str, ldcache: str | None = None,
 def _read_tree(roots: Roots, version: str, ldcache: str | None, machine: str) -> TreeFiles:
     """The full pass over the driver tree: the ld cache, then every file it leads to."""
     from nct.hostcache import ElfCache
-    from nct.driver.rootpath import dirs_memo
 
     cache = load_ldcache(roots, ldcache)
     with dirs_memo():
@@ -199,7 +198,8 @@ def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use
     majors = _read_optional(os.path.join(roots.proc, procfs.DEVICES_FILE), procfs.parse_devices) or {}
     # mig-minors is parsed for validation: garbage there is reported even if unused.
     _read_optional(os.path.join(roots.proc, procfs.MIG_MINORS_FILE), procfs.parse_mig_minors)
-    gpus = read_gpus(roots, majors)
+    with dirs_memo():  # /dev, /dev/dri, ...: looked up again for every GPU otherwise
+        gpus = read_gpus(roots, majors)
     files = find_driver_files(roots, version.version, ldcache)
     lib_dirs = []
     for f in files:

@@ -22,13 +22,14 @@ _known_dirs: set[str] | None = None
 
 class dirs_memo:
     """`with dirs_memo():` remembers, for the calls inside it only, which components are
-    real directories, so they are not lstat'ed again (one discovery pass, not across runs)."""
+    real directories, so they are not lstat'ed again (one discovery pass, not across runs).
+    A nested one starts empty: what a recorded pass (nct.driver.fsview) skips it must have
+    seen itself."""
 
     def __enter__(self) -> None:
         global _known_dirs
         self._outer = _known_dirs
-        if _known_dirs is None:
-            _known_dirs = set()
+        _known_dirs = set()
 
     def __exit__(self, *exc: object) -> None:
         global _known_dirs
