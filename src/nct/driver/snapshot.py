@@ -43,7 +43,7 @@ class SnapshotCache(hostcache.HostCache):
     """One slot: a single entry, the newest snapshot of the keys that map here."""
 
     max_entries = 1
-    max_bytes = 1 << 20  # a snapshot of a full driver is ~60 KiB
+    max_bytes = 1 << 20  # a snapshot of a full driver is ~40 KiB
 
     def __init__(self, slot: int, directory: str | None = None) -> None:
         super().__init__(directory)
