@@ -3,7 +3,11 @@
 
 On simulated nodes with 1, 8 and 64 GPUs and 8 GPUs x 7 MIG devices (made under a temp
 dir, read without a namespace) it times, as medians in milliseconds:
-  discover   discover_node() on the node (procfs, /dev, ld.so.cache, ELF checks, NVML)
+  discover   discover_node() on the node (procfs, /dev, ld.so.cache, ELF checks, NVML), a full
+             pass (the node snapshot of nct.driver.snapshot left out); discover_snap: the same
+             with a valid snapshot (what every discovery after the first does on a quiet node);
+             discover_nonvml, discover_nonvml_snap: both without NVML, as the prestart hook
+             and the runtime's create discover
   generate   generate_spec() from an already discovered node (planner + render + checks)
   cli        `nvidia-ctk cdi generate --output FILE` end to end (a fresh process)
   inject     Registry load of the spec + injecting `all` into a runc-made OCI spec
@@ -48,6 +52,21 @@ def median_ms(fn, runs: int) -> float:
     return round(statistics.median(out), 2)
 
 
+class no_snapshot:
+    """`with no_snapshot():` discovery makes its full pass every time (nct.driver.snapshot)."""
+
+    def __enter__(self) -> None:
+        from nct.driver import snapshot
+
+        self._real = snapshot.tree_files
+        snapshot.tree_files = lambda *args: args[-1]()  # compute(): the full pass
+
+    def __exit__(self, *exc) -> None:
+        from nct.driver import snapshot
+
+        snapshot.tree_files = self._real
+
+
 def node_env(node) -> dict:
     env = dict(os.environ, NCT_PROC_ROOT=os.path.join(node.root, "proc"),
                NVIDIA_CTK_CONFIG_FILE_PATH=os.path.join(node.dir, "no-config.toml"))
@@ -70,7 +89,14 @@ def bench_shape(node, base: str, runs: int, oci: dict | None) -> tuple[dict, dic
     opts = GenerateOptions(driver_root=node.root, hook_path=hook)
     spec = generate_spec(opts, node=discovered, cfg=Config())
     out: dict = {"devices": len(spec["devices"])}
-    out["discover_ms"] = median_ms(lambda: discover_for_generate(roots), runs)
+    from nct.driver.discover import discover_node
+
+    for name, fn in (("discover", lambda: discover_for_generate(roots)),
+                     ("discover_nonvml", lambda: discover_node(roots, use_nvml=False))):
+        with no_snapshot():
+            out[f"{name}_ms"] = median_ms(fn, runs)
+        fn()  # (the snapshot is made)
+        out[f"{name}_snap_ms"] = median_ms(fn, runs)
     out["generate_ms"] = median_ms(lambda: generate_spec(opts, node=discovered, cfg=Config()), runs)
     target = os.path.join(base, f"spec-{len(spec['devices'])}.json")
     cli = [os.path.join(VENV_BIN, "nvidia-ctk"), "--quiet", "cdi", "generate", "--driver-root", node.root,

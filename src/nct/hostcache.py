@@ -45,7 +45,7 @@ class HostCache:
         file timestamps tick at the kernel's clock granularity, so a same-size rewrite in
         place moments after a read could otherwise keep its key ("racily clean", as git
         calls it)."""
-        if time.time() - max(st.st_mtime, st.st_ctime) < RACY_SECONDS:
+        if is_racy(max(st.st_mtime_ns, st.st_ctime_ns)):
             return None
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
@@ -141,24 +141,38 @@ class HostCache:
                 os.makedirs(self.directory, mode=0o700, exist_ok=True)
             if not self._trusted_dir():
                 return
-            entries = {k: v for k, v in self._load().items() if os.path.lexists(k.rpartition("|")[0])}
+            entries = {k: v for k, v in self._load().items() if self._live(k)}
             for k in self._used:  # what this run used is the newest: a full cache evicts others first
                 if k in entries:
                     entries[k] = entries.pop(k)
             if len(entries) > self.max_entries:
                 entries = dict(list(entries.items())[-self.max_entries:])
-            import json
-
             from nct.fileio import atomic_write
+            from nct.jsonio import dumps_compact
 
             items = list(entries.items())
-            data = json.dumps(dict(items), separators=(",", ":")).encode()
+            data = dumps_compact(dict(items), ensure_ascii=True).encode()
             while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
                 items = items[len(items) // 4 + 1:]
-                data = json.dumps(dict(items), separators=(",", ":")).encode()
+                data = dumps_compact(dict(items), ensure_ascii=True).encode()
             atomic_write(os.path.join(self.directory, self.name), data, mode=0o600, keep_owner=False)
         except OSError:
             pass
+
+    def _live(self, key: str) -> bool:
+        """Whether an entry is worth keeping on save: the file its key names still exists."""
+        return os.path.lexists(key.rpartition("|")[0])
+
+
+def now() -> float:
+    """The clock the racy checks use (tests move it)."""
+    return time.time()
+
+
+def is_racy(newest_ns: int, since: float | None = None) -> bool:
+    """Whether a file whose latest mtime/ctime is `newest_ns` changed less than
+    RACY_SECONDS before `since` (default: now), too recently to be cached."""
+    return (time.time() if since is None else since) - newest_ns / 1e9 < RACY_SECONDS
 
 
 class ElfCache(HostCache):

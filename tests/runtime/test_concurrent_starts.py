@@ -15,7 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from nct.driver import discover
 from nct.driver.elf import NotElf, read_elf
+from nct.driver.model import Roots
+from nct.driver.snapshot import FORMAT
 from nct.hostcache import CACHE_NAME
 
 from .conftest import entry_point, needs_root_runc, runc_bundle
@@ -35,7 +38,7 @@ def _expected(path: str) -> list | None:
     return [info.elf_class, info.machine, info.soname, list(info.needed), info.elf_type]
 
 
-def test_32_concurrent_jit_cdi_starts(tmp_path, sim_node):
+def test_32_concurrent_jit_cdi_starts(tmp_path, sim_node, monkeypatch):
     needs_root_runc()
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
@@ -75,7 +78,10 @@ def test_32_concurrent_jit_cdi_starts(tmp_path, sim_node):
         assert "libcuda.so.1 (libc6,x86-64)" in ldcache, bundle
 
     # the ELF cache: one whole file, no temp files left, and every entry what a fresh read says
-    assert sorted(os.listdir(cache)) == [CACHE_NAME]
+    names = sorted(os.listdir(cache))
+    snaps = [n for n in names if n.startswith(FORMAT)]
+    assert [n for n in names if n not in snaps] == [CACHE_NAME] and len(snaps) == 1, names
+    _check_snapshot(monkeypatch, sim_node, env, cache)
     entries = json.loads((cache / CACHE_NAME).read_text())
     assert len(entries) > 20  # the driver's libraries, checked by the first creates
     for key, value in entries.items():
@@ -89,3 +95,22 @@ def _start(runc: Runc, bundle) -> str | None:
     except AssertionError as e:
         return str(e)[-600:]
     return None
+
+
+def _check_snapshot(monkeypatch, sim_node, env: dict, cache) -> None:
+    """The node snapshot the creates kept (nct.driver.snapshot) is used, as the shim would
+    (same PATH, same roots), and answers what a full pass answers."""
+    root = str(sim_node / "root")
+    roots = Roots(driver=root, dev=root, proc=env["NCT_PROC_ROOT"])
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setenv("NCT_CACHE_DIR", str(cache))
+    full_passes = []
+    real = discover._read_tree
+    monkeypatch.setattr(discover, "_read_tree", lambda *a: full_passes.append(1) or real(*a))
+    kept = discover.discover_node(roots, use_nvml=False)
+    assert not full_passes, "the snapshot was not valid"
+    untrusted = cache.parent / "no-cache"
+    untrusted.mkdir(mode=0o777)
+    os.chmod(untrusted, 0o777)
+    monkeypatch.setenv("NCT_CACHE_DIR", str(untrusted))
+    assert kept == discover.discover_node(roots, use_nvml=False) and full_passes

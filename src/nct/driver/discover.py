@@ -10,18 +10,21 @@ import os
 
 from nct.log import get_logger
 from nct.driver import devices as devs
+from nct.driver import fsview
 from nct.driver import libraries as libs
 from nct.driver import procfs
 from nct.driver.elf import native_machine
 from nct.driver.ldcache import LdCache, read_ldcache
 from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
-from nct.driver.rootpath import host_path, proc_root, resolve_in_root
+from nct.driver.rootpath import dirs_memo, host_path, proc_root, resolve_in_root
 from nct.errors import DiscoveryError
 
 TYPE_CHECKING = False  # typing costs an import on the hook's path
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
     from typing import TypeVar
+
+    from nct.driver.snapshot import TreeFiles
 
     _T = TypeVar("_T")
 
@@ -112,7 +115,7 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
     path = ldcache or DEFAULT_LDCACHE
     real = resolve_in_root(roots.driver, path)
     shown = host_path(roots.driver, path)
-    if real is None or not os.path.isfile(host_path(roots.driver, real)):
+    if real is None or not fsview.is_file(host_path(roots.driver, real)):
         if ldcache:
             raise DiscoveryError(f"{shown}: ld.so.cache not found")
         log.debug("%s: no ld.so.cache, searching standard library dirs", shown)
@@ -120,16 +123,29 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
     return read_ldcache(host_path(roots.driver, real), shown)
 
 
-def find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str | None = None) -> list[DriverFile]:
-    """Every driver file of the node, in upstream's listing order."""
+def find_driver_files(roots: Roots, version: str, ldcache: str | None = None,
+                      machine: str | None = None) -> list[DriverFile]:
+    """Every driver file of the node, in upstream's listing order: what the driver tree
+    holds (from the validated snapshot when nothing there changed, nct.driver.snapshot)
+    with the IPC sockets, which come and go while the node runs, looked up live."""
+    from nct.driver import snapshot
+
+    machine = machine or native_machine()
+    head, tail = snapshot.tree_files(roots.driver, version, ldcache, machine, os.environ.get("PATH", ""),
+                                     lambda: _read_tree(roots, version, ldcache, machine))
+    return head + libs.find_ipcs(roots.driver, os.environ.get("CUDA_MPS_PIPE_DIRECTORY")) + tail
+
+
+def _read_tree(roots: Roots, version: str, ldcache: str | None, machine: str) -> TreeFiles:
+    """The full pass over the driver tree: the ld cache, then every file it leads to."""
     from nct.hostcache import ElfCache
-    from nct.driver.rootpath import dirs_memo
 
+    cache = load_ldcache(roots, ldcache)
     with dirs_memo():
-        return _find_driver_files(roots, version, cache, machine or native_machine(), ElfCache())
+        return _find_tree_files(roots, version, cache, machine, ElfCache())
 
 
-def _find_driver_files(roots: Roots, version: str, cache: LdCache | None, machine: str, elf_cache) -> list[DriverFile]:
+def _find_tree_files(roots: Roots, version: str, cache: LdCache | None, machine: str, elf_cache) -> TreeFiles:
     # elf_cache: pyelftools answers, reused across runs while the files are unchanged
     lib64 = libs.find_libraries(roots.driver, cache, version, machine=machine, elf_cache=elf_cache)
     lib32 = libs.find_libraries(roots.driver, cache, version, compat32=True, machine=machine, elf_cache=elf_cache)
@@ -142,11 +158,10 @@ def _find_driver_files(roots: Roots, version: str, cache: LdCache | None, machin
                                                elf_cache=elf_cache)
     elf_cache.save()
     return (
-        libs.find_binaries(roots.driver) + lib64 + extra + lib32
-        + libs.find_ipcs(roots.driver, os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
-        + libs.find_firmware(roots.driver, version)
+        libs.find_binaries(roots.driver) + lib64 + extra + lib32,
+        libs.find_firmware(roots.driver, version)
         + libs.find_graphics_configs(roots.driver, machine)
-        + libs.find_xorg_modules(roots.driver, version, lib_dirs)
+        + libs.find_xorg_modules(roots.driver, version, lib_dirs),
     )
 
 
@@ -183,9 +198,9 @@ def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use
     majors = _read_optional(os.path.join(roots.proc, procfs.DEVICES_FILE), procfs.parse_devices) or {}
     # mig-minors is checked for validation: garbage there is reported even if unused.
     _read_optional(os.path.join(roots.proc, procfs.MIG_MINORS_FILE), procfs.check_mig_minors)
-    gpus = read_gpus(roots, majors)
-    cache = load_ldcache(roots, ldcache)
-    files = find_driver_files(roots, version.version, cache)
+    with dirs_memo():  # /dev, /dev/dri, ...: looked up again for every GPU otherwise
+        gpus = read_gpus(roots, majors)
+    files = find_driver_files(roots, version.version, ldcache)
     lib_dirs = []
     for f in files:
         if f.kind == "lib" and f.name in _CATALOGUE_LIBS:
@@ -237,10 +252,10 @@ def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
         real = resolve_in_root(node.roots.driver, d)
         if real is None:
             continue
-        try:
-            names = sorted(os.listdir(host_path(node.roots.driver, real)))
-        except OSError:
+        listing = fsview.listdir(host_path(node.roots.driver, real))
+        if listing is None:
             continue
+        names = sorted(listing)
         # FLAG_ELF: no ABI claimed, the ELF check of each candidate decides.
         entries += [CacheEntry(key=n, path=os.path.join(real, n), flags=0x0001)
                     for n in names if n.startswith("lib") and ".so" in n]

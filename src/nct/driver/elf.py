@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from nct.driver import fsview
 from nct.record import Record
 
 TYPE_CHECKING = False
@@ -49,7 +50,7 @@ def read_elf(path: str, opened=None) -> ElfInfo:
     from elftools.elf.elffile import ELFFile
 
     try:
-        with (opened or open(path, "rb")) as f:
+        with (opened or fsview.open_binary(path)[0]) as f:
             if f.read(4) != b"\x7fELF":
                 raise NotElf("not an ELF file")
             f.seek(0)
@@ -69,6 +70,7 @@ def read_elf(path: str, opened=None) -> ElfInfo:
     except NotElf:
         raise
     except OSError as e:
+        fsview.read_failed(path, e)
         raise NotElf(f"unreadable: {e.strerror or e}") from None
     except (ELFError, ValueError, KeyError, IndexError, AssertionError, EOFError, UnicodeDecodeError) as e:
         raise NotElf(f"truncated or corrupt ELF: {e}") from None
@@ -81,14 +83,10 @@ def read_elf_cached(path: str, cache: "ElfCache | None") -> ElfInfo:
     if cache is None:
         return read_elf(path)
     try:
-        f = open(path, "rb")  # the key is the identity of exactly the file that is read
+        f, st = fsview.open_binary(path)  # the key is the identity of exactly the file that is read
     except OSError as e:
         raise NotElf(f"unreadable: {e.strerror or e}") from None
-    try:
-        key = cache.key(path, os.fstat(f.fileno()))
-    except OSError as e:
-        f.close()
-        raise NotElf(f"unreadable: {e.strerror or e}") from None
+    key = cache.key(path, st)
     hit = cache.get(key)
     # The cache is a file on disk: an entry of any other shape is a miss, never an error.
     if isinstance(hit, list) and len(hit) == 5:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from nct.driver import fsview
 from nct.errors import DiscoveryError
 from nct.record import Record
 
@@ -169,7 +170,8 @@ def read_ldcache(path: str, display: str | None = None) -> LdCache:
     """Read and parse a cache file; `display` is the name used in errors (default: path)."""
     name = display or path
     try:
-        with open(path, "rb") as f:
+        f = fsview.open_binary(path)[0]
+        with f:
             data = f.read(64 << 20)
     except FileNotFoundError:
         raise DiscoveryError(f"{name}: ld.so.cache not found") from None

@@ -15,7 +15,7 @@ import os
 import stat
 
 from nct.log import get_logger
-from nct.driver import catalogue
+from nct.driver import catalogue, fsview
 from nct.driver.elf import check_library, native_machine
 from nct.driver.ldcache import NATIVE_FLAGS, LdCache
 from nct.driver.model import DriverFile
@@ -70,7 +70,7 @@ def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: b
         log.debug("%s: skipping %s (not driver version %s)", name, real, version)
         return None
     host = host_path(root, real)
-    if not os.path.isfile(host):
+    if not fsview.is_file(host):
         log.debug("%s: skipping %s (not a regular file)", name, real)
         return None
     info, reason = check_library(host, name, compat32=compat32, machine=machine, cache=elf_cache)
@@ -149,9 +149,8 @@ def find_graphics_extra_libraries(root: str, lib_dirs: list[str], machine: str |
         real_dir = resolve_in_root(root, d)
         if real_dir is None:
             continue
-        try:
-            listing = os.listdir(host_path(root, real_dir))
-        except OSError:
+        listing = fsview.listdir(host_path(root, real_dir))
+        if listing is None:
             continue
         listings.append((real_dir, sorted(e for e in listing if e.startswith(prefixes))))
     found = []
@@ -199,10 +198,8 @@ def _stat_in_root(root: str, node_path: str) -> tuple[str, os.stat_result] | Non
     if real is None:
         return None
     host = host_path(root, real)
-    try:
-        return host, os.stat(host)
-    except OSError:
-        return None
+    st = fsview.stat(host)
+    return None if st is None else (host, st)
 
 
 def find_ipcs(root: str, mps_pipe_dir: str | None = None) -> list[DriverFile]:
@@ -233,10 +230,10 @@ def find_firmware(root: str, version: str) -> list[DriverFile]:
         real_dir = resolve_in_root(root, d)
         if real_dir is None:
             continue
-        try:
-            names = sorted(os.listdir(host_path(root, real_dir)))
-        except OSError:
+        listing = fsview.listdir(host_path(root, real_dir))
+        if listing is None:
             continue
+        names = sorted(listing)
         for n in names:
             if not (n.startswith("gsp") and n.endswith(".bin")) or n in found:
                 continue

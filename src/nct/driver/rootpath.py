@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import stat
 
+from nct.driver import fsview
+
 MAX_LINKS = 40
 
 # Host paths seen to be real directories during one discovery pass (see dirs_memo()): a
@@ -20,13 +22,14 @@ _known_dirs: set[str] | None = None
 
 class dirs_memo:
     """`with dirs_memo():` remembers, for the calls inside it only, which components are
-    real directories, so they are not lstat'ed again (one discovery pass, not across runs)."""
+    real directories, so they are not lstat'ed again (one discovery pass, not across runs).
+    A nested one starts empty: what a recorded pass (nct.driver.fsview) skips it must have
+    seen itself."""
 
     def __enter__(self) -> None:
         global _known_dirs
         self._outer = _known_dirs
-        if _known_dirs is None:
-            _known_dirs = set()
+        _known_dirs = set()
 
     def __exit__(self, *exc: object) -> None:
         global _known_dirs
@@ -52,9 +55,8 @@ def resolve_in_root(root: str, path: str) -> str | None:
         if known is not None and host in known:
             resolved = candidate
             continue
-        try:
-            st = os.lstat(host)
-        except OSError:
+        st = fsview.lstat(host)
+        if st is None:
             return None
         if known is not None and stat.S_ISDIR(st.st_mode):
             known.add(host)
@@ -62,9 +64,8 @@ def resolve_in_root(root: str, path: str) -> str | None:
             links += 1
             if links > MAX_LINKS:
                 return None
-            try:
-                target = os.readlink(host)
-            except OSError:
+            target = fsview.readlink(host)
+            if target is None:
                 return None
             tparts = [p for p in target.split("/") if p not in ("", ".")]
             if target.startswith("/"):
