@@ -27,6 +27,7 @@ def build(out: Path, toolkit: Path | None = None) -> Path:
     from assemble import assemble, commands
     from nct import __version__
     from nct.config.edit import default_text
+    from nct.engines.toolkit import without_passthrough_cache
 
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -38,7 +39,7 @@ def build(out: Path, toolkit: Path | None = None) -> Path:
             assemble(tree, Path("/var/cache/nct/wheels"))
         else:
             tree.parent.mkdir(parents=True)
-            shutil.copytree(toolkit, tree, symlinks=True)
+            shutil.copytree(toolkit, tree, symlinks=True, ignore=without_passthrough_cache(Path(toolkit) / "python"))
         (stage / "usr/bin").mkdir(parents=True)
         for name in sorted(commands()):
             if name in ("nvidia-ctk-installer", "nvidia-toolkit"):  # the installer image's, as upstream

@@ -83,3 +83,48 @@ def test_the_pipe_is_closed_and_the_child_reaped():
         raise AssertionError("child not reaped")
     except ChildProcessError:
         pass
+
+
+def _reporting(status: int, then_s: float):
+    """A body that reports `status` on a status pipe, closes its output, then stays."""
+    sr, sw = os.pipe2(os.O_CLOEXEC)
+
+    def body(w: int) -> int:
+        os.close(sr)
+        os.write(w, b"out")
+        os.close(w)
+        child.report_status(sw, status)
+        time.sleep(then_s)
+        return 0
+    pid, r = child.fork(body)
+    os.close(sw)
+    return pid, r, sr
+
+
+def test_a_reported_status_is_used_and_reap_false_does_not_wait_for_the_exit():
+    """collect(status_r=...): the child's report stands for its status; with reap=False a
+    child that reported is left (a disposable caller), with reap=True it is still reaped."""
+    pid, r, sr = _reporting(3 << 8, 30)  # "exited with 3", then 30 s before exiting
+    start = time.monotonic()
+    done = child.collect(pid, r, 10, status_r=sr, reap=False)
+    assert time.monotonic() - start < 5 and not done.reaped
+    assert done.data == b"out" and os.WIFEXITED(done.status) and os.WEXITSTATUS(done.status) == 3
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pid, r, sr = _reporting(signal.SIGSEGV, 0.2)  # "killed by SIGSEGV", then exits 0
+    done = child.collect(pid, r, 10, status_r=sr)
+    assert done.reaped and os.WIFSIGNALED(done.status) and os.WTERMSIG(done.status) == signal.SIGSEGV
+    assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_a_child_that_dies_before_reporting_is_reaped_either_way():
+    sr, sw = os.pipe2(os.O_CLOEXEC)
+
+    def body(w: int) -> int:
+        os.close(sr)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+    pid, r = child.fork(body)
+    os.close(sw)
+    done = child.collect(pid, r, 10, status_r=sr, reap=False)
+    assert done.reaped and os.WIFSIGNALED(done.status) and os.WTERMSIG(done.status) == signal.SIGKILL

@@ -20,16 +20,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Finished:
-    """What a child left: the bytes it wrote (all, or the tail), its wait status, and
-    whether it was killed for running past the deadline or for writing too much."""
+    """What a child left: the bytes it wrote (all, or the tail), its wait status, whether
+    it was killed for running past the deadline or for writing too much, and whether it was
+    reaped (`collect(reap=False)` leaves a child that reported its status)."""
 
-    __slots__ = ("data", "status", "timed_out", "overflowed")
+    __slots__ = ("data", "status", "timed_out", "overflowed", "reaped")
 
-    def __init__(self, data: bytes, status: int, timed_out: bool, overflowed: bool) -> None:
+    def __init__(self, data: bytes, status: int, timed_out: bool, overflowed: bool, reaped: bool = True) -> None:
         self.data = data
         self.status = status
         self.timed_out = timed_out
         self.overflowed = overflowed
+        self.reaped = reaped
 
     @property
     def ok(self) -> bool:
@@ -59,11 +61,17 @@ def fork(body: Callable[[int], int | None], *, error_exit: int = 1) -> tuple[int
 
 
 def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None = None,
-            tail: int | None = None) -> Finished:
+            tail: int | None = None, status_r: int | None = None, reap: bool = True) -> Finished:
     """Read `r` to its end, then reap `pid`; closes `r`. Past `timeout` seconds (reading
     or waiting for the exit) the child is killed (timed_out). More than `limit` bytes kill
     it too and drop what was read (overflowed); with `tail`, only the last `tail` bytes are
-    kept and any amount may be read."""
+    kept and any amount may be read.
+    `status_r` (closed here): a pipe on which the child writes the wait status it stands for
+    (4 bytes, little-endian: `report_status`) once its work is done, before it exits; that
+    status is used, and with `reap` False a child that reported is not waited for (a
+    disposable caller: the exit of a child that unshared namespaces waits for their
+    teardown; the orphan goes to the caller's reaper once the caller exits). A child that
+    did not report (it died first) is reaped and its own status used, as without."""
     deadline = None if timeout is None else time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
@@ -100,12 +108,57 @@ def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None
         raise
     finally:
         os.close(r)
+    reported = None
+    if status_r is not None:
+        try:
+            if not (timed_out or overflowed):
+                reported = _read_status(status_r, deadline)
+        except BaseException:
+            _kill(pid)
+            os.waitpid(pid, 0)
+            raise
+        finally:
+            os.close(status_r)
     if timed_out or overflowed:
         _kill(pid)
         status = os.waitpid(pid, 0)[1]
+    elif reported is not None and not reap:
+        return Finished(kept if tail is not None else b"".join(chunks), reported, False, False, reaped=False)
     else:
         status, timed_out = _reap(pid, deadline)
+        if reported is not None and not timed_out:
+            status = reported
     return Finished(kept if tail is not None else b"".join(chunks), status, timed_out, overflowed)
+
+
+def report_status(status_w: int, status: int) -> None:
+    """In the child: the wait status it stands for, to the parent's `collect(status_r=...)`;
+    closes `status_w`. Close the output pipe first: the parent reads that to its end first."""
+    try:
+        os.write(status_w, status.to_bytes(4, "little", signed=True))
+    finally:
+        os.close(status_w)
+
+
+def _read_status(status_r: int, deadline: float | None) -> int | None:
+    """The reported wait status, or None when the writer closed (or the deadline passed) first."""
+    poller = select.poll()
+    poller.register(status_r, select.POLLIN)
+    data = b""
+    while len(data) < 4:
+        wait_ms = None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            wait_ms = max(1, int(left * 1000))
+        if not poller.poll(wait_ms):
+            continue
+        chunk = os.read(status_r, 4 - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return int.from_bytes(data, "little", signed=True)
 
 
 def _reap(pid: int, deadline: float | None) -> tuple[int, bool]:

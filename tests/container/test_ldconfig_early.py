@@ -249,3 +249,70 @@ def test_child_forked_host_side_enters_the_namespace_of_when_it_was_forked(rootf
     cache = subprocess.run(["/sbin/ldconfig", "-p", "-C", os.path.join(rootfs, "etc/ld.so.cache")],
                            capture_output=True, text=True).stdout
     assert "libnvearly.so.1 (libc6,x86-64) => /opt/nv/lib/libnvearly.so.1" in cache, cache
+
+
+DISPOSABLE = """
+import json, os, sys, time
+from nct.container import ldconfig as L
+from nct.container.rootfs import Root
+from nct.errors import ContainerError
+
+rootfs, prog, reap = sys.argv[1], sys.argv[2], sys.argv[3] == "reap"
+L.LDCONFIG_TIMEOUT = 1
+out = {}
+with Root(rootfs) as root:
+    pending = L.start_ldconfig(root, ldconfig="@" + prog, reap=reap)
+    pid, jail = pending.pid, pending.jail
+    out["jail"] = jail.name if jail is not None and not jail.problem else ""
+    try:
+        pending.run(["/opt/nv/lib"])
+        out["result"] = "OK"
+    except ContainerError as e:
+        out["result"] = "ERR " + str(e)
+    out["waited"] = not os.path.exists(f"/proc/{pid}")  # reaped (else a zombie or still exiting)
+    out["fds"] = sorted(os.listdir("/proc/self/fd"))
+print(json.dumps(out))
+"""
+
+LDCONFIGS = {
+    "ok": "int main(void) { return 0; }\n",
+    "fails": '#include <stdio.h>\nint main(void) { puts("LAST WORDS"); return 3; }\n',
+    # a fault, not raise(): as PID 1 of its PID namespace, ldconfig ignores signals it sends itself
+    "signal": "int main(void) { *(volatile int *)0 = 1; return 0; }\n",
+    "hangs": "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LDCONFIGS))
+def test_unreaped_child_reports_ldconfigs_end_as_a_reaped_one(tmp_path, rootfs, kind):
+    """start_ldconfig(reap=False), the hook's way (it exits right after): the caller learns
+    ldconfig's end from the child's status pipe and does not wait for the child's own exit.
+    A success, a failure (its last line), a signal and a timeout (the child dies of its
+    alarm before reporting: waited for) give exactly the messages of a reaping caller, no
+    fd is left open, and the jail is removed once the child is gone (its remover)."""
+    src = tmp_path / f"{kind}.c"
+    src.write_text(LDCONFIGS[kind])
+    prog = str(tmp_path / kind)
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    outs = {}
+    for mode in ("reap", "leave"):
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(DISPOSABLE), rootfs, prog, mode],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        outs[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    reaped, left = outs["reap"], outs["leave"]
+    expected = {"ok": "OK", "fails": "failed: LAST WORDS", "signal": "failed: exit status -11",
+                "hangs": "timed out (after 1s"}[kind]
+    assert expected in reaped["result"], reaped
+    assert left["result"] == reaped["result"]
+    assert reaped["waited"] and left["fds"] == reaped["fds"]
+    if kind != "hangs":  # reported: the child was not waited for (the hang: it died first)
+        assert not left["waited"]
+    import time
+
+    for _ in range(100):
+        if not left["jail"] or not _jail_dirs(left["jail"]):
+            break
+        time.sleep(0.05)
+    assert not left["jail"] or not _jail_dirs(left["jail"])

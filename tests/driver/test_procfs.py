@@ -103,6 +103,44 @@ def test_capability_and_mig_minors():
         procfs.parse_capability("DeviceFileMinor: x\n", "access")
 
 
+def _full_mig_minors() -> tuple[str, dict[str, int]]:
+    """The file a real driver writes: every GPU slot (32), 15 GIs, 8 CIs each, in its order."""
+    lines, want, minor = ["config 1", "monitor 2"], {"config": 1, "monitor": 2}, 3
+    for gpu in range(32):
+        for gi in range(15):
+            for name in [f"gpu{gpu}/gi{gi}/access"] + [f"gpu{gpu}/gi{gi}/ci{ci}/access" for ci in range(8)]:
+                lines.append(f"{name} {minor}")
+                want[name] = minor
+                minor += 1
+    return "\n".join(lines) + "\n", want
+
+
+def test_full_size_mig_minors_parse_and_garbage_anywhere_is_one_line():
+    """A real driver's mig-minors (4322 lines) is read on every discovery: parsed (and only
+    checked, check_mig_minors) by whole-text operations, its garbage still reported with
+    the file and line, whatever the layout around it."""
+    text, want = _full_mig_minors()
+    assert len(text.splitlines()) == 4322
+    assert procfs.parse_mig_minors(text) == want
+    procfs.check_mig_minors(text)
+    lines = text.splitlines()
+    for bad, lineno in [("gpu31/gi14/ci7/access x", 4322), ("gpu31/gi14/ci7/access", 4322),
+                        ("gpu31/gi14/ci7/access 4321 9", 4322), ("gpu31/gi14/ci7/access \u0663", 4322)]:
+        garbage = "\n".join(lines[:-1] + [bad]) + "\n"
+        for parse in (procfs.parse_mig_minors, procfs.check_mig_minors):
+            with pytest.raises(DiscoveryError, match=rf"^mig-minors:{lineno}: expected 'NAME MINOR'"):
+                parse(garbage, "mig-minors")
+    # a name and its minor on two lines each look right word by word: still line 4321's garbage
+    split = "\n".join(lines[:-2] + ["gpu31/gi14/ci6/access", "4321 gpu31/gi14/ci7/access 4322"]) + "\n"
+    with pytest.raises(DiscoveryError, match=r"^mig-minors:4321: expected 'NAME MINOR'"):
+        procfs.check_mig_minors(split, "mig-minors")
+    # other layouts (blank lines, tabs, no final newline, CRLF) go line by line, same result
+    loose = "\n" + text.replace(" ", "\t").replace("\n", "\r\n").rstrip("\r\n")
+    assert procfs.parse_mig_minors(loose) == want
+    procfs.check_mig_minors(loose)
+    assert procfs.parse_mig_minors("") == {}
+
+
 def test_scan_mig_caps(tmp_path):
     base = tmp_path / "capabilities"
     for rel, minor in (("gpu2/mig/gi3/access", 30), ("gpu2/mig/gi3/ci0/access", 31), ("gpu2/mig/gi3/ci1/access", 32),

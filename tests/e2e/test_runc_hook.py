@@ -223,3 +223,74 @@ def test_hook_start_up_imports(sim_node, rootfs, tmp_path, private_host_cache):
     assert "nct.container.apply" in mods and "nct.driver.discover" in mods
     heavy = sorted(m for m in mods if m in HOOK_HEAVY or m.rpartition(".")[0] in HOOK_HEAVY)
     assert not heavy, heavy
+
+
+LINGER = r"""
+import os, sys, time
+from nct.container import ldconfig, syscalls as sc
+
+# ldconfig's child, once it has reported ldconfig's end to the hook, stays (as a slow
+# teardown of its namespaces would) with whatever fds it still has, until LINGER_S
+reported = []
+real_wait_status, real_exit = ldconfig._wait_status, os._exit
+
+
+def wait_status(status):
+    reported.append(status)
+    return real_wait_status(status)
+
+
+def linger(code):
+    if reported:
+        sc.prctl(sc.PR_SET_PDEATHSIG, 0)  # outlive the hook
+        with open("/lingering", "w") as f:  # in the container's root
+            f.write(str(os.getpid()))
+        time.sleep(LINGER_S)
+    real_exit(code)
+
+
+ldconfig._wait_status, os._exit = wait_status, linger
+sys.argv[0] = "nvidia-container-runtime-hook"
+from nct.hook.main import main
+main()
+"""
+
+
+def test_hook_does_not_wait_for_ldconfigs_child_to_exit(sim_node, rootfs, tmp_path):
+    """The hook process learns ldconfig's end from its child's status pipe and leaves without
+    waiting for the child's own exit (its namespaces' teardown). runc waits for the hook's
+    stdout and stderr to close, so this also proves that the child holds none of them: the
+    child here stays for a minute after reporting, and runc run must not wait for it. Once
+    it is gone, its jail goes too (removed by the remover it forked)."""
+    import os
+    import signal
+
+    from e2e.test_failures import _jails
+
+    linger_s = 60
+    wrapper = tmp_path / "hook.py"
+    wrapper.write_text(LINGER.replace("LINGER_S", str(linger_s)))
+    hooks = {"prestart": [{"path": sys.executable, "args": [sys.executable, "-I", str(wrapper), "prestart"]}]}
+    before = _jails()
+    bundle = bundle_with_hook(rootfs, SCRIPT, ["NVIDIA_VISIBLE_DEVICES=all"], hooks=hooks)
+    started = time.monotonic()
+    try:
+        res = runc_run(sim_node, bundle, timeout=linger_s / 2)
+    finally:
+        for _ in range(500):  # the child writes its pid after the hook may have left
+            if (rootfs / "lingering").exists() and (rootfs / "lingering").read_text():
+                break
+            time.sleep(0.01)
+        pid = int((rootfs / "lingering").read_text())
+        alive = Path(f"/proc/{pid}/comm").read_text().strip() if Path(f"/proc/{pid}").exists() else ""
+        os.kill(pid, signal.SIGKILL)
+    assert time.monotonic() - started < linger_s / 2
+    assert res.returncode == 0, res.stderr.decode()
+    assert gpu_nodes(sections(res.stdout.decode())) == {"nvidia0", "nvidia1", "nvidia2"}
+    assert alive == "nvc:[ldconfig]"  # it was still there when runc run returned
+    for _ in range(100):
+        left = _jails() - before
+        if not left:
+            break
+        time.sleep(0.05)
+    assert not left

@@ -126,6 +126,22 @@ def test_copy_toolkit_never_writes_through_a_planted_temp_link(tmp_path):
     assert (root / "python" / "NCT-TOOLKIT").is_file()
 
 
+def test_copy_toolkit_leaves_the_source_trees_passthrough_cache_behind(tmp_path):
+    """python/.passthrough-cache is the source tree's own (the launcher keys it by that tree's
+    files): a copy must not carry it (issue 14). Only that file: a same-named file deeper is data."""
+    src = tmp_path / "src"
+    (src / "python/lib").mkdir(parents=True)
+    (src / MARKER).write_text(json.dumps({"commands": ["nct"]}))
+    (src / "nct").write_text("#!/bin/sh\n")
+    (src / "python/.passthrough-cache").write_text("nct-passthrough 2\nstale\n")
+    (src / "python/lib/.passthrough-cache").write_text("data\n")
+    root = tmp_path / "toolkit"
+    copy_toolkit(src, root, Installed())
+    assert not (root / "python/.passthrough-cache").exists()
+    assert (root / "python/lib/.passthrough-cache").read_text() == "data\n"
+    assert (root / "python/NCT-TOOLKIT").is_file()
+
+
 def test_engine_config_that_is_a_fifo_is_one_clear_error(tmp_path):
     os.mkfifo(tmp_path / "daemon.json")
     r = install(tmp_path, timeout=60)  # read without a bound, it would block for ever

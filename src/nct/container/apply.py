@@ -109,13 +109,15 @@ def early_ldconfig(rootfs: str, pid: int | None, options: ApplyOptions) -> Pendi
     """For a disposable caller (the prestart hook): fork ldconfig's child before discovery, so
     that its move into the deny-all device cgroup (a cgroup migration: ~10-14 ms waiting for an
     RCU grace period on a v1 hierarchy) overlaps discovery, planning and mounting rather than
-    delaying ldconfig. None when no ldconfig runs. Hand it to apply_edits(early=...)."""
+    delaying ldconfig. None when no ldconfig runs. Hand it to apply_edits(early=...).
+    The caller exits right after: the child is not waited for once it has reported
+    ldconfig's end (start_ldconfig's `reap`)."""
     if options.no_ldconfig:
         return None
     from nct.container import ldconfig
 
     return ldconfig.start_ldconfig(None, ldconfig=options.ldconfig, no_pivot=options.no_pivot,
-                                   enter=_entry(rootfs, pid, options.host_proc))
+                                   enter=_entry(rootfs, pid, options.host_proc), reap=False)
 
 
 def _entry(rootfs: str, pid: int | None, host_proc: str) -> Callable[[], Root]:

@@ -248,11 +248,13 @@ class DeviceJail:
         if self.procs_fd >= 0:
             os.write(self.procs_fd, b"0")
 
-    def close(self) -> None:
+    def close(self, remove: bool = True) -> None:
+        """Close it; `remove` False: leave the cgroup to the process that removes it once its
+        last member is gone (ldconfig's remover)."""
         if self.procs_fd >= 0:
             os.close(self.procs_fd)
             self.procs_fd = -1
-        if self.parent_fd >= 0:
+        if self.parent_fd >= 0 and remove:
             for _ in range(100):  # the killed PID namespace may take a moment to leave it
                 try:
                     os.rmdir(self.name, dir_fd=self.parent_fd)
@@ -261,7 +263,7 @@ class DeviceJail:
                     break
                 except OSError:
                     time.sleep(0.01)
-            self.parent_fd = -1  # the JailSite's fd: closed with the site
+        self.parent_fd = -1  # the JailSite's fd: closed with the site
 
 
 class JailSite:

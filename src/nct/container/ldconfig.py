@@ -1,7 +1,8 @@
 """Run ldconfig against a container root without ever touching the host.
 
-The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is copied into a sealed memfd before
-anything else happens, so the binary we run cannot be swapped by the image. A forked child
+The host ldconfig ("@/sbin/ldconfig", ".real" preferred) is opened and checked (a static ELF)
+before anything else happens and run from a sealed memfd copy of that open file (made by the
+child, checked again), so the binary we run cannot be swapped by the image. A forked child
 then enters a deny-all device cgroup (made through cgroups.JailSite, opened on the host side), takes its
 own mount namespace, makes every mount private, binds a copy of the container root whose
 every mount is nodev,nosuid (and read-only below the root: no writes into volumes) onto the
@@ -98,6 +99,16 @@ def _check_static_elf(fd: int, path: str) -> None:
 
 def sealed_copy(path: str) -> int:
     """A sealed, read-only memfd holding a copy of executable `path` (a static ELF)."""
+    src = open_static(path)
+    try:
+        return seal_copy(src, path)
+    finally:
+        os.close(src)
+
+
+def open_static(path: str) -> int:
+    """`path` opened for reading (close-on-exec), once checked to be a regular file holding
+    a static ELF executable: what seal_copy copies."""
     try:  # O_PATH first: a device node or FIFO named here is refused without being opened
         ref = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
@@ -112,10 +123,20 @@ def sealed_copy(path: str) -> int:
         os.close(ref)
     try:
         _check_static_elf(src, path)
-        try:
-            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
-        except OSError:
-            mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except BaseException:
+        os.close(src)
+        raise
+    return src
+
+
+def seal_copy(src: int, path: str) -> int:
+    """A sealed, read-only memfd holding a copy of the file open as `src` (open_static's;
+    left open), checked again as copied (the file may have changed since it was checked)."""
+    try:
+        mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | MFD_EXEC)
+    except OSError:
+        mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
         size = os.fstat(src).st_size
         off = 0
         while off < size:
@@ -126,9 +147,11 @@ def sealed_copy(path: str) -> int:
         os.fchmod(mfd, 0o555)
         fcntl.fcntl(mfd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
-        return mfd
-    finally:
-        os.close(src)
+        _check_static_elf(mfd, path)
+    except BaseException:
+        os.close(mfd)
+        raise
+    return mfd
 
 
 def system_dirs(root: Root) -> list[str]:
@@ -576,7 +599,7 @@ def run_ldconfig(root: Root, folders: list[str], *, ldconfig: str = "@/sbin/ldco
 
 def start_ldconfig(root: Root | None, *, ldconfig: str = "@/sbin/ldconfig", no_pivot: bool = False,
                    ldconfig_fd: int | None = None, jail_site: JailSite | None = None,
-                   enter: Callable[[], Root] | None = None) -> PendingLdconfig:
+                   enter: Callable[[], Root] | None = None, reap: bool = True) -> PendingLdconfig:
     """Fork ldconfig's child now and let it move into its deny-all device cgroup while the
     caller goes on (attaching mounts, creating links): the move waits for an RCU grace
     period (~9 ms on kernels whose cgroup hierarchy lacks `favordynmods`), which then
@@ -586,29 +609,38 @@ def start_ldconfig(root: Root | None, *, ldconfig: str = "@/sbin/ldconfig", no_p
     `root` None: fork it before the caller enters the container (host side, so that its
     cgroup move also overlaps the host-side work); the child then calls `enter()` (which
     enters the container's mount namespace and opens its root, as the caller does) once it
-    has its command line, and the caller hands over its own Root with `attach()`."""
-    return PendingLdconfig(root, ldconfig, no_pivot, ldconfig_fd, jail_site, enter)
+    has its command line, and the caller hands over its own Root with `attach()`.
+    `reap` False (a disposable caller only, which exits right after: the prestart hook):
+    once the child has reported ldconfig's end, it is not waited for. Its exit tears down
+    the namespaces it unshared (the mount namespace's waits for an RCU grace period,
+    ~0.5-2 ms); the caller's reaper (runc, the engine's shim, init) collects it, and it
+    leaves and removes its jail itself."""
+    return PendingLdconfig(root, ldconfig, no_pivot, ldconfig_fd, jail_site, enter, reap)
 
 
 class PendingLdconfig:
     """ldconfig's child, forked and in its jail, waiting for run() (or cancel())."""
 
     def __init__(self, root: Root | None, ldconfig: str, no_pivot: bool, ldconfig_fd: int | None,
-                 jail_site: JailSite | None, enter: Callable[[], Root] | None = None) -> None:
-        self.root, self.ldconfig, self.pid = root, ldconfig, 0
+                 jail_site: JailSite | None, enter: Callable[[], Root] | None = None, reap: bool = True) -> None:
+        self.root, self.ldconfig, self.pid, self.reap = root, ldconfig, 0, reap
         self.enter = enter  # the caller enters the same way (the same namespace fd)
         self.site = jail_site if jail_site is not None else JailSite()
         self.own_site = jail_site is None
         self.own_fd = ldconfig_fd is None
         self.fd = ldconfig_fd
-        self.go_w = self.err_r = -1
+        self.go_w = self.err_r = self.status_r = -1
         self.jail: DeviceJail | None = None
         try:
             self.host = host_ldconfig(ldconfig)
+            copy_of = None
             if self.host is not None and self.own_fd:
-                self.fd = sealed_copy(self.host)
+                # checked here (a bad ldconfig fails the caller before anything is done);
+                # copied into its sealed memfd by the child, off the caller's path
+                self.fd, copy_of = open_static(self.host), self.host
             self.jail = self.site.jail()
-            self.pid, self.err_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail, enter)
+            self.pid, self.err_r, self.status_r, self.go_w = _fork_child(root, self.fd, no_pivot, self.jail, enter,
+                                                                         remover=not reap, copy_of=copy_of)
         except BaseException:
             self._close()
             raise
@@ -620,6 +652,7 @@ class PendingLdconfig:
     def run(self, folders: list[str], *, write_conf: bool = False,
             extra_files: Sequence[tuple[str, bytes]] = ()) -> None:
         """Write the configuration (in-root) and run ldconfig in the waiting child."""
+        left = False
         try:
             root = self.root
             if root is None:
@@ -655,24 +688,31 @@ class PendingLdconfig:
                 _send(go_w, command)
             except BrokenPipeError:  # the child died before reading it: _finish says why
                 pass
-            pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
-            _finish(root, pid, err_r)
+            pid, err_r, status_r = self.pid, self.err_r, self.status_r
+            self.pid, self.err_r, self.status_r = 0, -1, -1
+            done = _collect(pid, err_r, status_r, self.reap)
+            # not reaped: the child may still be in the jail; it removes it once out
+            left = not done.reaped
+            _check(root, done)
         finally:
-            self._close()
+            self._close(remove_jail=not left)
 
     def cancel(self) -> None:
         """End the waiting child without running ldconfig (the caller failed, or no ldconfig)."""
         self._close()
 
-    def _close(self) -> None:
+    def _close(self, remove_jail: bool = True) -> None:
         if self.go_w >= 0:  # EOF without a command line: the child exits
             os.close(self.go_w)
             self.go_w = -1
         if self.pid:
             pid, err_r, self.pid, self.err_r = self.pid, self.err_r, 0, -1
             child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)
+        if self.status_r >= 0:
+            os.close(self.status_r)
+            self.status_r = -1
         if self.jail is not None:
-            self.jail.close()
+            self.jail.close(remove=remove_jail)
             self.jail = None
         if self.own_site:
             self.site.close()
@@ -737,19 +777,34 @@ def _wait_status(status: int) -> int:
 
 
 def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: DeviceJail,
-                enter: Callable[[], Root] | None = None) -> tuple[int, int, int]:
+                enter: Callable[[], Root] | None = None, remover: bool = False,
+                copy_of: str | None = None) -> tuple[int, int, int, int]:
     """Fork ldconfig's child: it enters the jail, then waits for its command line on a pipe
     (and, with `root` None, then calls `enter()` for its Root). Returns (pid, its output's
-    read end, the command pipe's write end)."""
+    read end, its status pipe's read end, the command pipe's write end). Once ldconfig has
+    ended, the child closes its ends of the output pipe and writes ldconfig's wait status on
+    the status pipe (child.collect's `status_r`), which ldconfig never holds (it only has the
+    output pipe): its report cannot be forged. `remover` (a caller that does not wait for
+    the child): the child first forks a process that stays out of the jail and removes it
+    once the child is gone (_fork_remover). `copy_of`: `exe_fd` is that host file, open
+    (open_static); the child runs a sealed copy it makes (seal_copy)."""
     # the host's procfs: the container's /proc may not show us
     proc = root.proc_dir() if root is not None else os.open("/proc/self", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    except BaseException:
+        os.close(go_r)
+        os.close(go_w)
+        raise
 
     def body(err_w: int) -> int:  # never returns into the caller's code
         code = 127
         rt = root
+        exe = exe_fd
         try:
             os.close(go_w)
+            os.close(status_r)
             os.dup2(err_w, 2)
             os.dup2(err_w, 1)
             # stdin: an empty pipe, not /dev/null: in a container that has already pivoted
@@ -762,7 +817,10 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+            gone_w = _fork_remover(jail) if remover else -1  # before entering: it stays out of the jail
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
+            if copy_of is not None and exe_fd is not None:  # from the caller's fd: no path looked up
+                exe = seal_copy(exe_fd, copy_of)
             argv = _receive(go_r)  # blocks until run() (EOF: cancelled, or the parent died)
             if not argv:
                 return 0
@@ -776,7 +834,8 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
                 host_proc = rt.proc_dir()  # opened host side by enter(), as the caller's Root
             # only what ldconfig needs may outlive the fork: the caller's fds (one per
             # mounted source, say; the jail's, now used) would exhaust RLIMIT_NOFILE below
-            sc.close_fds_except({rt.fd, host_proc} | ({exe_fd} if exe_fd is not None else set()))
+            keep = {rt.fd, host_proc, status_w} | ({exe} if exe is not None else set())
+            sc.close_fds_except(keep | ({gone_w} if gone_w >= 0 else set()))
             last_cap = sc.cap_last_cap()  # before pivoting
             _enter_root(rt, no_pivot)
             _detach_kernel_mounts(host_proc)
@@ -792,6 +851,7 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             alive_r, alive_w = os.pipe2(os.O_CLOEXEC)  # closes when this process is gone
             if os.fork() == 0:  # PID 1 of the new PID namespace: ldconfig
                 os.close(alive_w)
+                os.close(status_w)  # close-on-exec too: ldconfig only ever has the output pipe
                 sc.prctl(sc.PR_SET_PDEATHSIG, 9)
                 # the parent may have died before the prctl (getppid() is 0 in a new PID
                 # namespace): its end of the pipe is then closed, and nothing would stop us
@@ -799,14 +859,21 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
                     os._exit(code)
                 default_signals()  # ldconfig gets default dispositions and no blocked signal
                 sc.seccomp_deny()  # last: nothing below needs a denied call but execve
-                if exe_fd is not None:
-                    os.execve(exe_fd, [argv0] + args, {})
+                if exe is not None:
+                    os.execve(exe, [argv0] + args, {})
                 os.execve(argv0, [argv0] + args, {})
             os.close(alive_r)
             os.close(0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(LDCONFIG_TIMEOUT)  # PID 1 would ignore SIGALRM: the timeout lives here
-            code = _wait_status(os.wait()[1])
+            status = os.wait()[1]
+            # ldconfig is gone: our ends of the output pipe next, so that the caller reads
+            # it to its end now, not after this process's exit (namespace teardown), then
+            # the status it waits for
+            for fd in (1, 2):  # (err_w itself went with close_fds_except)
+                os.close(fd)
+            child.report_status(status_w, status)
+            code = _wait_status(status)
         except BaseException as e:  # noqa: BLE001 - report anything, then die
             try:
                 os.write(2, f"ldconfig: {e}\n".encode())
@@ -818,19 +885,51 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
         pid, err_r = child.fork(body, error_exit=127)
     except BaseException:
         os.close(go_w)
+        os.close(status_r)
         raise
     finally:
         os.close(go_r)
+        os.close(status_w)
         if root is None:
             os.close(proc)
-    return pid, err_r, go_w
+    return pid, err_r, status_r, go_w
 
 
-def _finish(root: Root, pid: int, err_r: int) -> None:
-    """Wait for the child's ldconfig; a ContainerError with its last line when it failed."""
+def _fork_remover(jail: DeviceJail) -> int:
+    """In ldconfig's child, before it enters the jail (for a caller that does not wait for
+    the child): fork a process that removes the jail once the child (and so ldconfig, PID 1
+    of the child's PID namespace) is gone. It holds none of the caller's fds (stdin, stdout,
+    stderr, which a runtime reads to their end; the output pipe) and no parent-death signal:
+    it also cleans up after a killed caller. Returns the write end of the pipe whose end it
+    waits for (-1 when there is no jail to remove); the child keeps it open until it exits."""
+    if jail.parent_fd < 0:
+        return -1
+    gone_r, gone_w = os.pipe2(os.O_CLOEXEC)
+    if os.fork() == 0:
+        try:
+            os.close(gone_w)
+            os.closerange(0, 3)  # the caller's stdio (dup2'd over, but never held here)
+            sc.close_fds_except({gone_r, jail.procs_fd, jail.parent_fd})
+            sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconf-rm]")
+            os.chdir("/")
+            os.read(gone_r, 1)  # EOF: the child is gone (it leaves the jail just after)
+            jail.close()
+        finally:
+            os._exit(0)
+    os.close(gone_r)
+    return gone_w
+
+
+def _collect(pid: int, err_r: int, status_r: int, reap: bool = True) -> child.Finished:
+    """Wait for the child's ldconfig (`reap` False: not for the child's own exit once it
+    has reported ldconfig's)."""
     # only the tail is ever shown: what an image's ldconfig (or the host one warning about
     # each of a hostile configuration's lines) prints is not all kept
-    done = child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL)
+    return child.collect(pid, err_r, LDCONFIG_TIMEOUT + 5, tail=OUTPUT_TAIL, status_r=status_r, reap=reap)
+
+
+def _check(root: Root, done: child.Finished) -> None:
+    """A ContainerError with ldconfig's last line when it failed."""
     tail, status, killed = done.data, done.status, done.timed_out  # killed: ignored its alarm
     out = tail.decode(errors="replace").strip()
     if killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM):

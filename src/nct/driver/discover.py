@@ -196,8 +196,8 @@ def discover_node(roots: Roots | None = None, *, ldcache: str | None = None, use
     roots = roots or Roots(proc=proc_root())
     version = read_driver_version(roots.proc)
     majors = _read_optional(os.path.join(roots.proc, procfs.DEVICES_FILE), procfs.parse_devices) or {}
-    # mig-minors is parsed for validation: garbage there is reported even if unused.
-    _read_optional(os.path.join(roots.proc, procfs.MIG_MINORS_FILE), procfs.parse_mig_minors)
+    # mig-minors is checked for validation: garbage there is reported even if unused.
+    _read_optional(os.path.join(roots.proc, procfs.MIG_MINORS_FILE), procfs.check_mig_minors)
     with dirs_memo():  # /dev, /dev/dri, ...: looked up again for every GPU otherwise
         gpus = read_gpus(roots, majors)
     files = find_driver_files(roots, version.version, ldcache)

@@ -211,15 +211,43 @@ def parse_capability(text: str, path: str) -> CapabilityFile:
     )
 
 
+# The bytes str.split() separates ASCII words on; all others are dropped to see the layout.
+_SPACES = b" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
+_NOT_SPACES = bytes(sorted(set(range(256)) - set(_SPACES)))
+
+
+def _driver_layout_words(text: str) -> list[str] | None:
+    """The words of a mig-minors text in the driver's own layout ('NAME MINOR' lines: ASCII,
+    one space each, newline terminated, the minor digits), checked by whole-text operations
+    (a real file has ~4300 lines: 32 GPUs x 15 GIs x 8 CIs, read on every discovery); None
+    for anything else (blank lines, tabs, garbage), which goes line by line."""
+    if not text.isascii() or not text.endswith("\n") or text.startswith(" ") or " \n" in text or "\n " in text:
+        return None
+    if text.encode().translate(None, _NOT_SPACES) != b" \n" * text.count("\n"):
+        return None
+    words = text.split()  # two per line, by the layout above
+    return words if "".join(words[1::2]).isdigit() else None
+
+
+def check_mig_minors(text: str, path: str = MIG_MINORS_FILE) -> None:
+    """Raise DiscoveryError (naming the file and line) for garbage in a mig-minors text;
+    for callers that do not use the minors (discovery validates the file)."""
+    if _driver_layout_words(text) is None:
+        parse_mig_minors(text, path)
+
+
 def parse_mig_minors(text: str, path: str = MIG_MINORS_FILE) -> dict[str, int]:
     """/proc/driver/nvidia-caps/mig-minors: 'config 1', 'gpu0/gi1/ci0/access 9' -> name: minor."""
+    words = _driver_layout_words(text)
+    if words is not None:
+        return dict(zip(words[0::2], map(int, words[1::2])))
     minors: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s:
             continue
         parts = s.split()
-        if len(parts) != 2 or not parts[1].isdigit():
+        if len(parts) != 2 or not (parts[1].isascii() and parts[1].isdigit()):
             raise _fail(path, lineno, f"expected 'NAME MINOR', got {s[:60]!r}")
         minors[parts[0]] = int(parts[1])
     return minors

@@ -34,6 +34,19 @@ def toolkit_commands(src: Path) -> list[str]:
     return names
 
 
+def without_passthrough_cache(python_dir: Path):
+    """A copytree `ignore` that leaves out the launcher's pass-through cache of the tree
+    being copied (python/.passthrough-cache): it is that tree's own, keyed by its files'
+    identities; the copy writes its own on first use."""
+    from nct.runtime.passthrough import NAME
+
+    top = os.path.realpath(python_dir)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        return {NAME} if NAME in names and os.path.realpath(directory) == top else set()
+    return ignore
+
+
 def copy_toolkit(src: Path, root: Path, installed: Installed) -> list[Path]:
     """Copy the tree at `src` into `root` (root/python replaced whole; launchers hard-linked
     to one copy where the filesystem allows).  Returns the launcher paths."""
@@ -46,7 +59,7 @@ def copy_toolkit(src: Path, root: Path, installed: Installed) -> list[Path]:
     if tmp.is_symlink():
         tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src / "python", tmp, symlinks=True)
+    shutil.copytree(src / "python", tmp, symlinks=True, ignore=without_passthrough_cache(src / "python"))
     dest = root / "python"
     if dest.exists():
         old = root / ".python.old"
