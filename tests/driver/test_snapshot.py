@@ -293,6 +293,22 @@ def test_path_is_part_of_the_key(make_tree, cache_dir, passes, monkeypatch):
     assert smi.container_path == "/opt/bin/nvidia-smi"
 
 
+def test_a_relative_driver_root_is_never_snapshotted(make_tree, cache_dir, passes, monkeypatch, tmp_path):
+    """A relative driver root (config `root`, cdi generate --driver-root) names another tree
+    from another working directory: an empty answer made where it names nothing is not
+    served where it names a driver."""
+    t = make_tree(gpus=1)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / t.root.name).mkdir(parents=True)
+    roots = t.roots.replace(driver=t.root.name, dev=str(t.root))
+    monkeypatch.chdir(elsewhere)
+    assert [f for f in discover_node(roots, use_nvml=False).files if f.kind == "lib"] == []
+    monkeypatch.chdir(t.root.parent)
+    found = discover_node(roots, use_nvml=False)
+    assert {f.name for f in found.files if f.kind == "lib"} >= {"libcuda.so", "libnvidia-ml.so"}
+    assert not snapshot_files(cache_dir)
+
+
 def test_mps_pipe_directory_is_live(make_tree, cache_dir, passes, monkeypatch):
     t = make_tree(gpus=1)
     warm(t, cache_dir, passes)
@@ -328,17 +344,19 @@ def test_one_recent_file_is_enough_to_skip_the_snapshot(make_tree, cache_dir, pa
 
 # --- an untrusted or damaged snapshot file ---------------------------------------------------------
 
-def _planted(t, cache_dir, passes) -> tuple[Path, object]:
-    """A snapshot whose observations all hold, with libcuda's host path changed: served
-    when the file is trusted (the baseline of the tests below)."""
-    warm(t, cache_dir, passes)
+def _planted(t, cache_dir, passes, host: str | None = None) -> tuple[Path, object]:
+    """A snapshot whose observations all hold, with libcuda's host path changed to `host`
+    (default: libnvidia-ml's, a file the pass did look at): served when the file is trusted
+    (the baseline of the tests below)."""
+    node = warm(t, cache_dir, passes)
+    host = host or next(f.host_path for f in node.files if f.name == "libnvidia-ml.so")
     (f,) = snapshot_files(cache_dir)
     data = json.loads(f.read_text())
     (entry,) = data.values()
     for part in entry["files"]:
         for i in range(0, len(part), 6):
             if part[i + 4] == "libcuda.so":
-                part[i + 1] = "/planted/libcuda.so.1"
+                part[i + 1] = host
     f.write_text(json.dumps(data))
     return f, data
 
@@ -350,7 +368,24 @@ def _libcuda(t):
 def test_planted_snapshot_is_served_when_trusted(make_tree, cache_dir, passes):
     t = make_tree(gpus=1)
     _planted(t, cache_dir, passes)
-    assert _libcuda(t) == "/planted/libcuda.so.1"
+    assert _libcuda(t).endswith(f"/libnvidia-ml.so.{VERSION}")
+
+
+@pytest.mark.parametrize("where", ["outside", "unlooked", "dir"])
+def test_a_snapshot_names_only_files_its_pass_saw(make_tree, cache_dir, passes, monkeypatch, where):
+    """A host file the pass never looked at (a secret outside the driver root, a file in a
+    lib dir discovery never asked for) or a directory it walked through is never served,
+    even from a trusted file whose observations all hold: the snapshot can only repeat
+    what discovery found."""
+    t = make_tree(gpus=1)
+    secret = {"outside": t.root.parent / "shadow", "unlooked": t.path(f"{LIB64}/libsecret.so.1"),
+              "dir": t.path(LIB64)}[where]
+    if where != "dir":
+        secret.write_text("root:secret\n")
+    _planted(t, cache_dir, passes, str(secret))
+    n = len(passes)
+    assert _libcuda(t) == str(t.path(LIBCUDA))
+    assert len(passes) == n + 1
 
 
 def _garbage(f, data):
@@ -462,4 +497,4 @@ def test_damaged_or_untrusted_snapshot_means_a_full_pass(make_tree, cache_dir, p
     node = discover_node(t.roots, use_nvml=False)
     assert len(passes) == n + 1
     assert node == fresh(t, monkeypatch)
-    assert "/planted/libcuda.so.1" not in {f.host_path for f in node.files}
+    assert next(f.host_path for f in node.files if f.name == "libcuda.so") == str(t.path(LIBCUDA))

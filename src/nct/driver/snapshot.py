@@ -24,6 +24,7 @@ pass, never an error.
 from __future__ import annotations
 
 import os
+import stat
 
 from nct import hostcache
 from nct.driver import fsview
@@ -84,7 +85,9 @@ def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str
     """compute() (the full pass reading the driver tree), or the snapshot of an earlier one
     when every observation it made still holds."""
     code = _code_identity()
-    if code is None:
+    if code is None or not os.path.isabs(driver_root):
+        # a relative root names another tree from another working directory, while the
+        # lookups inside it are recorded as absolute paths: no snapshot of it
         return compute()
     where = "\n".join((driver_root, ldcache or "", machine, path_env))
     key = "\n".join((FORMAT, where, version, code))
@@ -123,7 +126,17 @@ def _valid(entry: object) -> TreeFiles | None:
         tree = (_files(files[0]), _files(files[1]))
     except (TypeError, ValueError):
         return None
+    # Every file kept must be one the pass saw as a regular file: a snapshot can only repeat
+    # what discovery found, never name a host file it did not look at.
+    if not all(_regular(stats.get(f.host_path) or lstats.get(f.host_path)) for part in tree for f in part):
+        return None
     return tree if fsview.unchanged(lstats, stats) else None
+
+
+def _regular(ident: str | None) -> bool:
+    """Whether an observation (fsview.identity) is of a regular file."""
+    parts = (ident or "").split(":")
+    return len(parts) == 6 and parts[2].isdigit() and stat.S_ISREG(int(parts[2]))
 
 
 _KINDS = frozenset(("lib", "lib32", "bin", "firmware", "config", "xorg"))
