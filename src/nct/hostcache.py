@@ -66,13 +66,6 @@ class HostCache:
             return None
         return dfd
 
-    def _trusted_dir(self) -> bool:
-        dfd = self._open_dir()
-        if dfd is None:
-            return False
-        os.close(dfd)
-        return True
-
     def _read(self) -> bytes | None:
         """The cache file's bytes when it is a regular file we own that nobody else can write."""
         dfd = self._open_dir()
@@ -139,25 +132,33 @@ class HostCache:
         try:
             if not os.path.lexists(self.directory):
                 os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            if not self._trusted_dir():
+            dfd = self._open_dir()
+            if dfd is None:
                 return
-            entries = {k: v for k, v in self._load().items() if self._live(k)}
-            for k in self._used:  # what this run used is the newest: a full cache evicts others first
-                if k in entries:
-                    entries[k] = entries.pop(k)
-            if len(entries) > self.max_entries:
-                entries = dict(list(entries.items())[-self.max_entries:])
-            from nct.fileio import atomic_write
-            from nct.jsonio import dumps_compact
-
-            items = list(entries.items())
-            data = dumps_compact(dict(items), ensure_ascii=True).encode()
-            while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
-                items = items[len(items) // 4 + 1:]
-                data = dumps_compact(dict(items), ensure_ascii=True).encode()
-            atomic_write(os.path.join(self.directory, self.name), data, mode=0o600, keep_owner=False)
+            try:
+                self._save_at(dfd)
+            finally:
+                os.close(dfd)
         except OSError:
             pass
+
+    def _save_at(self, dfd: int) -> None:
+        """Write the entries into the (checked) cache directory open as `dfd`."""
+        entries = {k: v for k, v in self._load().items() if self._live(k)}
+        for k in self._used:  # what this run used is the newest: a full cache evicts others first
+            if k in entries:
+                entries[k] = entries.pop(k)
+        if len(entries) > self.max_entries:
+            entries = dict(list(entries.items())[-self.max_entries:])
+        from nct.fileio import atomic_write_at
+        from nct.jsonio import dumps_compact
+
+        items = list(entries.items())
+        data = dumps_compact(dict(items), ensure_ascii=True).encode()
+        while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
+            items = items[len(items) // 4 + 1:]
+            data = dumps_compact(dict(items), ensure_ascii=True).encode()
+        atomic_write_at(dfd, self.name, data, mode=0o600)
 
     def _live(self, key: str) -> bool:
         """Whether an entry is worth keeping on save: the file its key names still exists."""
