@@ -284,6 +284,27 @@ def test_code_identity_is_part_of_the_key(make_tree, cache_dir, passes, monkeypa
     assert len(passes) == n + 3
 
 
+def test_code_replaced_after_it_was_loaded_means_no_snapshot(make_tree, cache_dir, passes, monkeypatch):
+    """nct replaced in place (same version, new files) while a hook runs: the files on disk
+    are the new code's, the answer this process computes is the old code's. It must neither
+    be filed under the new code's key (every later hook would serve it until the driver
+    tree changes) nor use the new code's snapshot."""
+    import nct
+
+    t = make_tree(gpus=1)
+    warm(t, cache_dir, passes)  # the snapshot of the code on disk
+    # what this process loaded: the files as they were before they were replaced
+    monkeypatch.setattr(nct, "LOADED_CODE", {p: i[:4] + (i[4] - 10**9, i[5] - 10**9) if i else i
+                                             for p, i in nct.LOADED_CODE.items()})
+    n = len(passes)
+    discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    for f in snapshot_files(cache_dir):
+        f.unlink()
+    discover_node(t.roots, use_nvml=False)
+    assert not snapshot_files(cache_dir)
+
+
 def test_path_is_part_of_the_key(make_tree, cache_dir, passes, monkeypatch):
     t = make_tree(gpus=1)
     t.write("/opt/bin/nvidia-smi", "#!/bin/sh\n").chmod(0o755)

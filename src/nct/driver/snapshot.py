@@ -55,24 +55,16 @@ class SnapshotCache(hostcache.HostCache):
 
 
 def _code_identity() -> str | None:
-    """nct's version and the identities of the modules whose code decides the answer; None
-    when one cannot be stat'ed (then nothing is cached)."""
+    """nct's version and the identities of the files whose code decides the answer
+    (nct.CODE_FILES); None when one cannot be stat'ed, or differs from what it was when
+    nct was first imported (nct.LOADED_CODE: the code running may not be the code on disk
+    now): then nothing is cached."""
     import nct
-    from nct import record
-    from nct.driver import catalogue, discover, elf, ldcache, libraries, model, rootpath
 
-    parts = [nct.__version__]
-    files = [getattr(m, "__file__", None) for m in (nct, hostcache, record, catalogue, discover, elf, fsview, ldcache,
-                                                    libraries, model, rootpath)]
-    for path in files + [__file__]:
-        try:
-            st = os.stat(path) if path else None
-        except OSError:
-            st = None
-        if st is None:
-            return None
-        parts.append(f"{path}={fsview.identity(st)}")
-    return "\n".join(parts)
+    now = nct._code_stats()
+    if now != nct.LOADED_CODE or None in now.values():
+        return None
+    return "\n".join([nct.__version__] + [f"{p}={':'.join(map(str, ident or ()))}" for p, ident in now.items()])
 
 
 def _slot(text: str) -> int:
