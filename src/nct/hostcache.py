@@ -40,12 +40,13 @@ class HostCache:
 
     @staticmethod
     def key(path: str, st: os.stat_result) -> str | None:
-        """The entry key of a file; None (do not cache) while it was modified or changed
-        (ctime: `cp -p` keeps an old mtime) very recently:
+        """The entry key of a file; None (do not cache) while it was changed very recently
+        (by its ctime, which every change moves to now: an mtime can be old, `cp -p`, or in
+        the future, a package built by a clock ahead of ours, which would mean never cached):
         file timestamps tick at the kernel's clock granularity, so a same-size rewrite in
         place moments after a read could otherwise keep its key ("racily clean", as git
         calls it)."""
-        if is_racy(max(st.st_mtime_ns, st.st_ctime_ns)):
+        if is_racy(st.st_ctime_ns):
             return None
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
@@ -171,7 +172,7 @@ def now() -> float:
 
 
 def is_racy(newest_ns: int, since: float | None = None) -> bool:
-    """Whether a file whose latest mtime/ctime is `newest_ns` changed less than
+    """Whether a file whose ctime is `newest_ns` changed less than
     RACY_SECONDS before `since` (default: now), too recently to be cached."""
     return (time.time() if since is None else since) - newest_ns / 1e9 < RACY_SECONDS
 

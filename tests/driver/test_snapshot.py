@@ -354,13 +354,34 @@ def test_no_snapshot_of_files_changed_moments_ago(make_tree, cache_dir, passes, 
 
 
 def test_one_recent_file_is_enough_to_skip_the_snapshot(make_tree, cache_dir, passes, monkeypatch):
+    """The real clock and a racy window of half a second: the tree settles, then one
+    firmware file changes (its ctime, whatever its mtime says): no snapshot."""
+    monkeypatch.setattr(hostcache, "time", time)
+    monkeypatch.setattr(hostcache, "RACY_SECONDS", 0.5)
     t = make_tree(gpus=1)
-    now = time.time()
-    monkeypatch.setattr(hostcache, "time", type("Clock", (), {"time": staticmethod(lambda: now + 60)}))
-    future = now + 59.5  # "changed half a second ago" by the test's clock
-    os.utime(t.path(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"), (future, future))
+    time.sleep(0.6)
+    fw = t.path(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin")
+    os.utime(fw, (1e9, 1e9))  # an old mtime, a new ctime
     discover_node(t.roots, use_nvml=False)
     assert snapshot_files(cache_dir) == []
+    time.sleep(0.6)
+    warm(t, cache_dir, passes)  # the baseline: settled, it is snapshotted
+
+
+def test_a_driver_file_dated_in_the_future_does_not_disable_the_snapshot(make_tree, cache_dir, passes,
+                                                                        monkeypatch):
+    """A driver package built by a clock ahead of the node's (or `touch -d tomorrow`): the
+    file's mtime is in the future, but its last change (ctime) is long past: snapshotted,
+    and a later change still seen."""
+    t = make_tree(gpus=1)
+    tomorrow = time.time() + 86400
+    os.utime(t.path(LIBCUDA), (tomorrow, tomorrow))
+    before = warm(t, cache_dir, passes)
+    _rewrite_same_size(t, LIBCUDA, "old")
+    n = len(passes)
+    after = discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    assert after == fresh(t, monkeypatch) != before
 
 
 # --- an untrusted or damaged snapshot file ---------------------------------------------------------
