@@ -6,8 +6,9 @@ Entries are keyed by the file's path and identity (device, inode, size, mtime, c
 driver upgrade or a replaced file changes the key, so a stale answer cannot be served. A
 cache is one JSON file in a root-owned 0700 directory on the host (/run/nct, or
 NCT_CACHE_DIR); it is used only when that directory is ours and not writable by anyone
-else, and never holds anything a container can influence (the files are host files). Any
-problem reading or writing it just means no cache.
+else (checked on an fd, and written through that fd), and never holds anything a container
+can influence (the files are host files). Any problem reading or writing it just means no
+cache.
 """
 
 from __future__ import annotations

@@ -10,11 +10,13 @@ under the paths discovery looked at shows up there, and a full pass runs and rep
 snapshot. What changes while a node runs is never kept: procfs (driver version, GPUs, MIG),
 /dev nodes and the IPC sockets are read live by every discovery.
 
-The snapshot is only kept when every observed file was last changed at least RACY_SECONDS
-before the pass started (a rewrite within one timestamp tick could otherwise keep an
-identity), and it is keyed by everything else the answer depends on: driver root,
---ldcache, machine, driver version, PATH, and nct's own code (its version and the identity
-of the discovery modules' files), so an upgraded or edited nct never reads an old one.
+The snapshot is only kept when every observed file was last changed (ctime) at least
+RACY_SECONDS before the pass started (a rewrite within one timestamp tick could otherwise
+keep an identity), and it is keyed by everything else the answer depends on: driver root
+(absolute only), --ldcache, machine, driver version, PATH, and nct's own code (its version
+and the identity of the discovery modules' files, as they were when this process loaded
+them), so an upgraded or edited nct never reads an old one. A stored snapshot may only
+list files its own observations show as regular files.
 It lives in the host cache directory (nct.hostcache: /run/nct or NCT_CACHE_DIR, trusted
 only when root's and writable by nobody else), one file per slot
 (node-snapshot-v1-<slot>.json, at most SLOTS of them); any problem with it means a full
