@@ -384,6 +384,30 @@ def test_a_driver_file_dated_in_the_future_does_not_disable_the_snapshot(make_tr
     assert after == fresh(t, monkeypatch) != before
 
 
+def test_a_file_rewritten_during_the_pass_is_seen_next_time(make_tree, cache_dir, passes, monkeypatch):
+    """libcuda rewritten in place (same size, old mtime put back) just after the pass opened
+    it: the pass read the new bytes under the identity it recorded before; the next
+    discovery sees the new identity and answers what a full pass answers."""
+    t = make_tree(gpus=1)
+    real_open = fsview.open_binary
+    done = []
+
+    def open_then_rewrite(path):
+        opened = real_open(path)
+        if path == str(t.path(LIBCUDA)) and not done:
+            done.append(path)
+            _rewrite_same_size(t, LIBCUDA, "old")
+        return opened
+
+    monkeypatch.setattr(fsview, "open_binary", open_then_rewrite)
+    discover_node(t.roots, use_nvml=False)
+    assert done
+    n = len(passes)
+    after = discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    assert after == fresh(t, monkeypatch)
+
+
 # --- an untrusted or damaged snapshot file ---------------------------------------------------------
 
 def _planted(t, cache_dir, passes, host: str | None = None) -> tuple[Path, object]:

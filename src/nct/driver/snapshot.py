@@ -79,7 +79,7 @@ def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str
     """compute() (the full pass reading the driver tree), or the snapshot of an earlier one
     when every observation it made still holds."""
     code = _code_identity()
-    if code is None or not os.path.isabs(driver_root):
+    if code is None or not os.path.isabs(driver_root or "/"):
         # a relative root names another tree from another working directory, while the
         # lookups inside it are recorded as absolute paths: no snapshot of it
         return compute()
