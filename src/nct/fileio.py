@@ -8,16 +8,43 @@ from __future__ import annotations
 import os
 
 
-def _temp_file(directory: str, prefix: str) -> tuple[int, str]:
+def _temp_file(directory: str, prefix: str, dir_fd: int | None = None) -> tuple[int, str]:
     """A new file (0600, exclusive, not through a symlink) with a random name in `directory`
+    (or, with `dir_fd`, in that directory, `directory` then only names it in errors)
     (tempfile.mkstemp's contract without importing tempfile on the runtime's create path)."""
     for _ in range(100):
-        path = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}.tmp")
+        name = f"{prefix}{os.urandom(6).hex()}.tmp"
+        path = name if dir_fd is not None else os.path.join(directory, name)
         try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), path
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                           dir_fd=dir_fd), path
         except FileExistsError:
             continue
     raise FileExistsError(f"{directory}: no free temporary file name")
+
+
+def atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace `name` in the directory open as `dir_fd` with `data` (temp file, fsync,
+    rename, all relative to the fd): for a directory checked on that fd (nct.hostcache),
+    so that a path swapped after the check cannot send the write elsewhere."""
+    fd, tmp = _temp_file(name, "." + name + ".", dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        raise
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
 
 
 def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_owner: bool = True,

@@ -6,8 +6,9 @@ Entries are keyed by the file's path and identity (device, inode, size, mtime, c
 driver upgrade or a replaced file changes the key, so a stale answer cannot be served. A
 cache is one JSON file in a root-owned 0700 directory on the host (/run/nct, or
 NCT_CACHE_DIR); it is used only when that directory is ours and not writable by anyone
-else, and never holds anything a container can influence (the files are host files). Any
-problem reading or writing it just means no cache.
+else (checked on an fd, and written through that fd), and never holds anything a container
+can influence (the files are host files). Any problem reading or writing it just means no
+cache.
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ class HostCache:
 
     @staticmethod
     def key(path: str, st: os.stat_result) -> str | None:
-        """The entry key of a file; None (do not cache) while it was modified or changed
-        (ctime: `cp -p` keeps an old mtime) very recently:
+        """The entry key of a file; None (do not cache) while it was changed very recently
+        (by its ctime, which every change moves to now: an mtime can be old, `cp -p`, or in
+        the future, a package built by a clock ahead of ours, which would mean never cached):
         file timestamps tick at the kernel's clock granularity, so a same-size rewrite in
         place moments after a read could otherwise keep its key ("racily clean", as git
         calls it)."""
-        if is_racy(max(st.st_mtime_ns, st.st_ctime_ns)):
+        if is_racy(st.st_ctime_ns):
             return None
         return f"{path}|{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
@@ -65,13 +67,6 @@ class HostCache:
             os.close(dfd)
             return None
         return dfd
-
-    def _trusted_dir(self) -> bool:
-        dfd = self._open_dir()
-        if dfd is None:
-            return False
-        os.close(dfd)
-        return True
 
     def _read(self) -> bytes | None:
         """The cache file's bytes when it is a regular file we own that nobody else can write."""
@@ -139,25 +134,33 @@ class HostCache:
         try:
             if not os.path.lexists(self.directory):
                 os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            if not self._trusted_dir():
+            dfd = self._open_dir()
+            if dfd is None:
                 return
-            entries = {k: v for k, v in self._load().items() if self._live(k)}
-            for k in self._used:  # what this run used is the newest: a full cache evicts others first
-                if k in entries:
-                    entries[k] = entries.pop(k)
-            if len(entries) > self.max_entries:
-                entries = dict(list(entries.items())[-self.max_entries:])
-            from nct.fileio import atomic_write
-            from nct.jsonio import dumps_compact
-
-            items = list(entries.items())
-            data = dumps_compact(dict(items), ensure_ascii=True).encode()
-            while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
-                items = items[len(items) // 4 + 1:]
-                data = dumps_compact(dict(items), ensure_ascii=True).encode()
-            atomic_write(os.path.join(self.directory, self.name), data, mode=0o600, keep_owner=False)
+            try:
+                self._save_at(dfd)
+            finally:
+                os.close(dfd)
         except OSError:
             pass
+
+    def _save_at(self, dfd: int) -> None:
+        """Write the entries into the (checked) cache directory open as `dfd`."""
+        entries = {k: v for k, v in self._load().items() if self._live(k)}
+        for k in self._used:  # what this run used is the newest: a full cache evicts others first
+            if k in entries:
+                entries[k] = entries.pop(k)
+        if len(entries) > self.max_entries:
+            entries = dict(list(entries.items())[-self.max_entries:])
+        from nct.fileio import atomic_write_at
+        from nct.jsonio import dumps_compact
+
+        items = list(entries.items())
+        data = dumps_compact(dict(items), ensure_ascii=True).encode()
+        while len(data) > self.max_bytes and items:  # over the byte bound: the oldest go first
+            items = items[len(items) // 4 + 1:]
+            data = dumps_compact(dict(items), ensure_ascii=True).encode()
+        atomic_write_at(dfd, self.name, data, mode=0o600)
 
     def _live(self, key: str) -> bool:
         """Whether an entry is worth keeping on save: the file its key names still exists."""
@@ -170,7 +173,7 @@ def now() -> float:
 
 
 def is_racy(newest_ns: int, since: float | None = None) -> bool:
-    """Whether a file whose latest mtime/ctime is `newest_ns` changed less than
+    """Whether a file whose ctime is `newest_ns` changed less than
     RACY_SECONDS before `since` (default: now), too recently to be cached."""
     return (time.time() if since is None else since) - newest_ns / 1e9 < RACY_SECONDS
 

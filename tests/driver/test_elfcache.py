@@ -85,6 +85,14 @@ def test_racily_new_files_are_not_cached(tmp_path, monkeypatch):
     assert not (tmp_path / "c" / CACHE_NAME).exists() or (tmp_path / "c" / CACHE_NAME).read_text() == "{}"
 
 
+def test_a_file_dated_in_the_future_is_cached(tmp_path):
+    """Its mtime says tomorrow (a package built by a clock ahead of the node's), its ctime
+    says when it last changed: that is what the racy window looks at."""
+    lib = _lib(tmp_path / "libfoo.so.1.0")
+    os.utime(lib, (time.time() + 86400,) * 2)
+    assert ElfCache.key(lib, os.stat(lib)) is not None
+
+
 def test_a_full_cache_keeps_what_the_last_run_used(tmp_path, monkeypatch):
     """At max_entries, a save evicts the oldest entries: never the ones the saving run itself
     read (a hit keeps its old position in the file), or the next run misses them again and

@@ -123,3 +123,31 @@ def test_corrupt_entry_is_a_miss_and_discovery_still_works(tmp_path, entry):
     info, why = _check(lib, d)
     assert info is not None, why
     assert info == elf.read_elf(lib)
+
+
+def test_cache_dir_swapped_after_its_check_does_not_redirect_the_write(tmp_path, monkeypatch):
+    """The directory is checked on an fd and written through that fd: a cache dir renamed and
+    replaced by a symlink right after the check (someone who can write its parent) cannot
+    make root write the cache file into another directory."""
+    import nct.hostcache as hostcache
+
+    d, victim = tmp_path / "cache", tmp_path / "victim"
+    d.mkdir(mode=0o700)
+    victim.mkdir(mode=0o700)
+    real_open_dir = hostcache.HostCache._open_dir
+    swapped = []
+
+    def open_then_swap(self):
+        dfd = real_open_dir(self)
+        if not swapped:
+            swapped.append(True)
+            d.rename(tmp_path / "moved")
+            d.symlink_to(victim)
+        return dfd
+
+    cache = ElfCache(str(d))
+    cache.put("/usr/lib/libfoo.so.1|1:2:3:4:5", ["!", "x", None, [], ""])  # reads the (empty) cache
+    monkeypatch.setattr(hostcache.HostCache, "_open_dir", open_then_swap)
+    cache.save()
+    assert swapped and os.listdir(victim) == []
+    assert os.listdir(tmp_path / "moved") == [CACHE_NAME]

@@ -284,6 +284,27 @@ def test_code_identity_is_part_of_the_key(make_tree, cache_dir, passes, monkeypa
     assert len(passes) == n + 3
 
 
+def test_code_replaced_after_it_was_loaded_means_no_snapshot(make_tree, cache_dir, passes, monkeypatch):
+    """nct replaced in place (same version, new files) while a hook runs: the files on disk
+    are the new code's, the answer this process computes is the old code's. It must neither
+    be filed under the new code's key (every later hook would serve it until the driver
+    tree changes) nor use the new code's snapshot."""
+    import nct
+
+    t = make_tree(gpus=1)
+    warm(t, cache_dir, passes)  # the snapshot of the code on disk
+    # what this process loaded: the files as they were before they were replaced
+    monkeypatch.setattr(nct, "LOADED_CODE", {p: i[:4] + (i[4] - 10**9, i[5] - 10**9) if i else i
+                                             for p, i in nct.LOADED_CODE.items()})
+    n = len(passes)
+    discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    for f in snapshot_files(cache_dir):
+        f.unlink()
+    discover_node(t.roots, use_nvml=False)
+    assert not snapshot_files(cache_dir)
+
+
 def test_path_is_part_of_the_key(make_tree, cache_dir, passes, monkeypatch):
     t = make_tree(gpus=1)
     t.write("/opt/bin/nvidia-smi", "#!/bin/sh\n").chmod(0o755)
@@ -291,6 +312,22 @@ def test_path_is_part_of_the_key(make_tree, cache_dir, passes, monkeypatch):
     monkeypatch.setenv("PATH", "/opt/bin")
     smi = next(f for f in discover_node(t.roots, use_nvml=False).files if f.name == "nvidia-smi")
     assert smi.container_path == "/opt/bin/nvidia-smi"
+
+
+def test_a_relative_driver_root_is_never_snapshotted(make_tree, cache_dir, passes, monkeypatch, tmp_path):
+    """A relative driver root (config `root`, cdi generate --driver-root) names another tree
+    from another working directory: an empty answer made where it names nothing is not
+    served where it names a driver."""
+    t = make_tree(gpus=1)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / t.root.name).mkdir(parents=True)
+    roots = t.roots.replace(driver=t.root.name, dev=str(t.root))
+    monkeypatch.chdir(elsewhere)
+    assert [f for f in discover_node(roots, use_nvml=False).files if f.kind == "lib"] == []
+    monkeypatch.chdir(t.root.parent)
+    found = discover_node(roots, use_nvml=False)
+    assert {f.name for f in found.files if f.kind == "lib"} >= {"libcuda.so", "libnvidia-ml.so"}
+    assert not snapshot_files(cache_dir)
 
 
 def test_mps_pipe_directory_is_live(make_tree, cache_dir, passes, monkeypatch):
@@ -317,28 +354,75 @@ def test_no_snapshot_of_files_changed_moments_ago(make_tree, cache_dir, passes, 
 
 
 def test_one_recent_file_is_enough_to_skip_the_snapshot(make_tree, cache_dir, passes, monkeypatch):
+    """The real clock and a racy window of half a second: the tree settles, then one
+    firmware file changes (its ctime, whatever its mtime says): no snapshot."""
+    monkeypatch.setattr(hostcache, "time", time)
+    monkeypatch.setattr(hostcache, "RACY_SECONDS", 0.5)
     t = make_tree(gpus=1)
-    now = time.time()
-    monkeypatch.setattr(hostcache, "time", type("Clock", (), {"time": staticmethod(lambda: now + 60)}))
-    future = now + 59.5  # "changed half a second ago" by the test's clock
-    os.utime(t.path(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"), (future, future))
+    time.sleep(0.6)
+    fw = t.path(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin")
+    os.utime(fw, (1e9, 1e9))  # an old mtime, a new ctime
     discover_node(t.roots, use_nvml=False)
     assert snapshot_files(cache_dir) == []
+    time.sleep(0.6)
+    warm(t, cache_dir, passes)  # the baseline: settled, it is snapshotted
+
+
+def test_a_driver_file_dated_in_the_future_does_not_disable_the_snapshot(make_tree, cache_dir, passes,
+                                                                        monkeypatch):
+    """A driver package built by a clock ahead of the node's (or `touch -d tomorrow`): the
+    file's mtime is in the future, but its last change (ctime) is long past: snapshotted,
+    and a later change still seen."""
+    t = make_tree(gpus=1)
+    tomorrow = time.time() + 86400
+    os.utime(t.path(LIBCUDA), (tomorrow, tomorrow))
+    before = warm(t, cache_dir, passes)
+    _rewrite_same_size(t, LIBCUDA, "old")
+    n = len(passes)
+    after = discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    assert after == fresh(t, monkeypatch) != before
+
+
+def test_a_file_rewritten_during_the_pass_is_seen_next_time(make_tree, cache_dir, passes, monkeypatch):
+    """libcuda rewritten in place (same size, old mtime put back) just after the pass opened
+    it: the pass read the new bytes under the identity it recorded before; the next
+    discovery sees the new identity and answers what a full pass answers."""
+    t = make_tree(gpus=1)
+    real_open = fsview.open_binary
+    done = []
+
+    def open_then_rewrite(path):
+        opened = real_open(path)
+        if path == str(t.path(LIBCUDA)) and not done:
+            done.append(path)
+            _rewrite_same_size(t, LIBCUDA, "old")
+        return opened
+
+    monkeypatch.setattr(fsview, "open_binary", open_then_rewrite)
+    discover_node(t.roots, use_nvml=False)
+    assert done
+    n = len(passes)
+    after = discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+    assert after == fresh(t, monkeypatch)
 
 
 # --- an untrusted or damaged snapshot file ---------------------------------------------------------
 
-def _planted(t, cache_dir, passes) -> tuple[Path, object]:
-    """A snapshot whose observations all hold, with libcuda's host path changed: served
-    when the file is trusted (the baseline of the tests below)."""
-    warm(t, cache_dir, passes)
+def _planted(t, cache_dir, passes, host: str | None = None) -> tuple[Path, object]:
+    """A snapshot whose observations all hold, with libcuda's host path changed to `host`
+    (default: libnvidia-ml's, a file the pass did look at): served when the file is trusted
+    (the baseline of the tests below)."""
+    node = warm(t, cache_dir, passes)
+    host = host or next(f.host_path for f in node.files if f.name == "libnvidia-ml.so")
     (f,) = snapshot_files(cache_dir)
     data = json.loads(f.read_text())
     (entry,) = data.values()
     for part in entry["files"]:
         for i in range(0, len(part), 6):
             if part[i + 4] == "libcuda.so":
-                part[i + 1] = "/planted/libcuda.so.1"
+                part[i + 1] = host
     f.write_text(json.dumps(data))
     return f, data
 
@@ -350,7 +434,24 @@ def _libcuda(t):
 def test_planted_snapshot_is_served_when_trusted(make_tree, cache_dir, passes):
     t = make_tree(gpus=1)
     _planted(t, cache_dir, passes)
-    assert _libcuda(t) == "/planted/libcuda.so.1"
+    assert _libcuda(t).endswith(f"/libnvidia-ml.so.{VERSION}")
+
+
+@pytest.mark.parametrize("where", ["outside", "unlooked", "dir"])
+def test_a_snapshot_names_only_files_its_pass_saw(make_tree, cache_dir, passes, monkeypatch, where):
+    """A host file the pass never looked at (a secret outside the driver root, a file in a
+    lib dir discovery never asked for) or a directory it walked through is never served,
+    even from a trusted file whose observations all hold: the snapshot can only repeat
+    what discovery found."""
+    t = make_tree(gpus=1)
+    secret = {"outside": t.root.parent / "shadow", "unlooked": t.path(f"{LIB64}/libsecret.so.1"),
+              "dir": t.path(LIB64)}[where]
+    if where != "dir":
+        secret.write_text("root:secret\n")
+    _planted(t, cache_dir, passes, str(secret))
+    n = len(passes)
+    assert _libcuda(t) == str(t.path(LIBCUDA))
+    assert len(passes) == n + 1
 
 
 def _garbage(f, data):
@@ -462,4 +563,4 @@ def test_damaged_or_untrusted_snapshot_means_a_full_pass(make_tree, cache_dir, p
     node = discover_node(t.roots, use_nvml=False)
     assert len(passes) == n + 1
     assert node == fresh(t, monkeypatch)
-    assert "/planted/libcuda.so.1" not in {f.host_path for f in node.files}
+    assert next(f.host_path for f in node.files if f.name == "libcuda.so") == str(t.path(LIBCUDA))

@@ -32,8 +32,10 @@ _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 class Recording:
     """What one pass observed: `lstats` and `stats` map paths to identities; `newest_ns`
-    is the latest mtime/ctime among full identities; `unfit` says why the pass must not be
-    kept (an error other than "absent", or a path that changed while it was read)."""
+    is the latest ctime among full identities (every change moves a file's ctime to now,
+    while its mtime can be anywhere: `touch -d`, a package built by a clock ahead of ours);
+    `unfit` says why the pass must not be kept (an error other than "absent", or a path that
+    changed while it was read)."""
 
     def __init__(self) -> None:
         self.lstats: dict[str, str] = {}
@@ -47,7 +49,7 @@ class Recording:
         if old != ident:
             self.unfit = f"{path} changed during discovery"
         elif st is not None and not ident.startswith("d"):
-            self.newest_ns = max(self.newest_ns, st.st_mtime_ns, st.st_ctime_ns)
+            self.newest_ns = max(self.newest_ns, st.st_ctime_ns)
 
     def failed(self, path: str, e: OSError) -> None:
         self.unfit = self.unfit or f"{path}: {e.strerror or e}"

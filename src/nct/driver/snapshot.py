@@ -10,11 +10,13 @@ under the paths discovery looked at shows up there, and a full pass runs and rep
 snapshot. What changes while a node runs is never kept: procfs (driver version, GPUs, MIG),
 /dev nodes and the IPC sockets are read live by every discovery.
 
-The snapshot is only kept when every observed file was last changed at least RACY_SECONDS
-before the pass started (a rewrite within one timestamp tick could otherwise keep an
-identity), and it is keyed by everything else the answer depends on: driver root,
---ldcache, machine, driver version, PATH, and nct's own code (its version and the identity
-of the discovery modules' files), so an upgraded or edited nct never reads an old one.
+The snapshot is only kept when every observed file was last changed (ctime) at least
+RACY_SECONDS before the pass started (a rewrite within one timestamp tick could otherwise
+keep an identity), and it is keyed by everything else the answer depends on: driver root
+(absolute only), --ldcache, machine, driver version, PATH, and nct's own code (its version
+and the identity of the discovery modules' files, as they were when this process loaded
+them), so an upgraded or edited nct never reads an old one. A stored snapshot may only
+list files its own observations show as regular files.
 It lives in the host cache directory (nct.hostcache: /run/nct or NCT_CACHE_DIR, trusted
 only when root's and writable by nobody else), one file per slot
 (node-snapshot-v1-<slot>.json, at most SLOTS of them); any problem with it means a full
@@ -24,6 +26,7 @@ pass, never an error.
 from __future__ import annotations
 
 import os
+import stat
 
 from nct import hostcache
 from nct.driver import fsview
@@ -54,24 +57,16 @@ class SnapshotCache(hostcache.HostCache):
 
 
 def _code_identity() -> str | None:
-    """nct's version and the identities of the modules whose code decides the answer; None
-    when one cannot be stat'ed (then nothing is cached)."""
+    """nct's version and the identities of the files whose code decides the answer
+    (nct.CODE_FILES); None when one cannot be stat'ed, or differs from what it was when
+    nct was first imported (nct.LOADED_CODE: the code running may not be the code on disk
+    now): then nothing is cached."""
     import nct
-    from nct import record
-    from nct.driver import catalogue, discover, elf, ldcache, libraries, model, rootpath
 
-    parts = [nct.__version__]
-    files = [getattr(m, "__file__", None) for m in (nct, hostcache, record, catalogue, discover, elf, fsview, ldcache,
-                                                    libraries, model, rootpath)]
-    for path in files + [__file__]:
-        try:
-            st = os.stat(path) if path else None
-        except OSError:
-            st = None
-        if st is None:
-            return None
-        parts.append(f"{path}={fsview.identity(st)}")
-    return "\n".join(parts)
+    now = nct._code_stats()
+    if now != nct.LOADED_CODE or None in now.values():
+        return None
+    return "\n".join([nct.__version__] + [f"{p}={':'.join(map(str, ident or ()))}" for p, ident in now.items()])
 
 
 def _slot(text: str) -> int:
@@ -84,7 +79,9 @@ def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str
     """compute() (the full pass reading the driver tree), or the snapshot of an earlier one
     when every observation it made still holds."""
     code = _code_identity()
-    if code is None:
+    if code is None or not os.path.isabs(driver_root or "/"):
+        # a relative root names another tree from another working directory, while the
+        # lookups inside it are recorded as absolute paths: no snapshot of it
         return compute()
     where = "\n".join((driver_root, ldcache or "", machine, path_env))
     key = "\n".join((FORMAT, where, version, code))
@@ -123,7 +120,17 @@ def _valid(entry: object) -> TreeFiles | None:
         tree = (_files(files[0]), _files(files[1]))
     except (TypeError, ValueError):
         return None
+    # Every file kept must be one the pass saw as a regular file: a snapshot can only repeat
+    # what discovery found, never name a host file it did not look at.
+    if not all(_regular(stats.get(f.host_path) or lstats.get(f.host_path)) for part in tree for f in part):
+        return None
     return tree if fsview.unchanged(lstats, stats) else None
+
+
+def _regular(ident: str | None) -> bool:
+    """Whether an observation (fsview.identity) is of a regular file."""
+    parts = (ident or "").split(":")
+    return len(parts) == 6 and parts[2].isdigit() and stat.S_ISREG(int(parts[2]))
 
 
 _KINDS = frozenset(("lib", "lib32", "bin", "firmware", "config", "xorg"))
