@@ -314,6 +314,42 @@ def test_path_is_part_of_the_key(make_tree, cache_dir, passes, monkeypatch):
     assert smi.container_path == "/opt/bin/nvidia-smi"
 
 
+def test_two_installs_on_one_node_each_keep_their_snapshot(make_tree, cache_dir, passes, monkeypatch):
+    """Two nct installs on one node (the toolkit's hook and a venv's: same driver root,
+    --ldcache, machine and PATH, different code identities) alternate without evicting each
+    other's snapshot: the slot is a hash of the whole key, not of the driver root alone."""
+    t = make_tree(gpus=1)
+    real = snapshot._code_identity()
+    assert real is not None
+    installs = (real, real + "\n/opt/other-install/nct/__init__.py=1:2:3:4:5:6")
+    for code in installs:
+        monkeypatch.setattr(snapshot, "_code_identity", lambda code=code: code)
+        warm(t, cache_dir, passes)
+    assert len(snapshot_files(cache_dir)) == 2
+    n = len(passes)
+    for code in installs * 2:
+        monkeypatch.setattr(snapshot, "_code_identity", lambda code=code: code)
+        discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n, "the two installs evicted each other's snapshot"
+
+
+def test_at_most_slots_snapshot_files_are_kept(make_tree, cache_dir, passes, monkeypatch):
+    """Every new key writes a file of its own; saving one removes the least recently
+    written beyond SLOTS, never the one just written."""
+    t = make_tree(gpus=1)
+    for i in range(snapshot.SLOTS + 3):
+        monkeypatch.setenv("PATH", f"/opt/bin{i}")
+        discover_node(t.roots, use_nvml=False)
+        files = snapshot_files(cache_dir)
+        assert len(files) == min(i + 1, snapshot.SLOTS)
+    n = len(passes)
+    discover_node(t.roots, use_nvml=False)  # the newest key's snapshot is still there
+    assert len(passes) == n
+    monkeypatch.setenv("PATH", "/opt/bin0")  # the oldest was removed
+    discover_node(t.roots, use_nvml=False)
+    assert len(passes) == n + 1
+
+
 def test_a_relative_driver_root_is_never_snapshotted(make_tree, cache_dir, passes, monkeypatch, tmp_path):
     """A relative driver root (config `root`, cdi generate --driver-root) names another tree
     from another working directory: an empty answer made where it names nothing is not

@@ -18,9 +18,11 @@ and the identity of the discovery modules' files, as they were when this process
 them), so an upgraded or edited nct never reads an old one. A stored snapshot may only
 list files its own observations show as regular files.
 It lives in the host cache directory (nct.hostcache: /run/nct or NCT_CACHE_DIR, trusted
-only when root's and writable by nobody else), one file per slot
-(node-snapshot-v1-<slot>.json, at most SLOTS of them); any problem with it means a full
-pass, never an error.
+only when root's and writable by nobody else), one file per key, named by a hash of the
+whole key (node-snapshot-v1-<slot>.json: two nct installs or driver roots on one node
+each keep theirs; a hash collision only evicts), at most SLOTS of them (the least recently
+written go when a new one is saved); any problem with it means a full pass, never an
+error.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
 FORMAT = "node-snapshot-v1"
-SLOTS = 8  # files at most: one per (driver root, --ldcache, machine, PATH), modulo collisions
+SLOTS = 8  # snapshot files kept at most (one per key: driver root, --ldcache, machine, PATH, version, code)
+SLOT_SPACE = 65521  # file names per format: a prime, so the slot depends on the whole key
 
 TreeFiles = tuple[list[DriverFile], list[DriverFile]]  # the files before and after the live IPC sockets
 
 
 class SnapshotCache(hostcache.HostCache):
-    """One slot: a single entry, the newest snapshot of the keys that map here."""
+    """One slot: a single entry, the newest snapshot of the keys that map here. Saving one
+    removes the least recently written slot files beyond SLOTS."""
 
     max_entries = 1
     max_bytes = 1 << 20  # a snapshot of a full driver is ~40 KiB
@@ -54,6 +58,30 @@ class SnapshotCache(hostcache.HostCache):
 
     def _live(self, key: str) -> bool:
         return True  # the one entry is the newest by construction
+
+    def _save_at(self, dfd: int) -> None:
+        super()._save_at(dfd)
+        _prune(dfd, self.name)
+
+
+def _prune(dfd: int, keep: str) -> None:
+    """Remove the slot files (in the checked cache directory open as `dfd`) beyond the
+    SLOTS most recently written; `keep`, just written, always stays."""
+    prefix = FORMAT + "-"
+    found = []
+    for name in os.listdir(dfd):
+        if name.startswith(prefix) and name.endswith(".json") and name != keep:
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            found.append((st.st_mtime_ns, name))
+    found.sort(reverse=True)
+    for _, name in found[SLOTS - 1:]:
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except OSError:
+            pass
 
 
 def _code_identity() -> str | None:
@@ -70,8 +98,8 @@ def _code_identity() -> str | None:
 
 
 def _slot(text: str) -> int:
-    """A stable small number for `text` (str hashes differ per process)."""
-    return int.from_bytes(text.encode("utf-8", "surrogateescape"), "little") % 65521 % SLOTS
+    """A stable number below SLOT_SPACE for `text` (str hashes differ per process)."""
+    return int.from_bytes(text.encode("utf-8", "surrogateescape"), "little") % SLOT_SPACE
 
 
 def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str, path_env: str,
@@ -85,7 +113,7 @@ def tree_files(driver_root: str, version: str, ldcache: str | None, machine: str
         return compute()
     where = "\n".join((driver_root, ldcache or "", machine, path_env))
     key = "\n".join((FORMAT, where, version, code))
-    cache = SnapshotCache(_slot(where))
+    cache = SnapshotCache(_slot(key))
     hit = _valid(cache.get(key))
     if hit is not None:
         return hit
