@@ -316,3 +316,104 @@ def test_unreaped_child_reports_ldconfigs_end_as_a_reaped_one(tmp_path, rootfs, 
             break
         time.sleep(0.05)
     assert not left["jail"] or not _jail_dirs(left["jail"])
+
+
+REMOVER_GONE = """
+import json, os, signal, sys, threading, time
+from nct.container import ldconfig as L
+from nct.container.rootfs import Root
+from nct.errors import ContainerError
+
+rootfs, prog = sys.argv[1], sys.argv[2]
+out = {}
+
+
+def children(pid):
+    try:
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return {}
+    names = {}
+    for k in kids:
+        try:
+            names[int(k)] = open(f"/proc/{k}/comm").read().strip()
+        except OSError:
+            pass
+    return names
+
+
+def end_remover(pid):  # once ldconfig runs: the remover ends first (here SIGINT: exit 0)
+    for _ in range(1000):
+        kids = children(pid)
+        if len(kids) == 2:
+            for k, name in kids.items():
+                if name == "nvc:[ldconf-rm]":
+                    os.kill(k, signal.SIGINT)
+                    out["remover_ended"] = True
+                    return
+        time.sleep(0.005)
+
+
+with Root(rootfs) as root:
+    pending = L.start_ldconfig(root, ldconfig="@" + prog, reap=False)
+    t = threading.Thread(target=end_remover, args=(pending.pid,))
+    t.start()
+    try:
+        pending.run(["/opt/nv/lib"])
+        out["result"] = "OK"
+    except ContainerError as e:
+        out["result"] = "ERR " + str(e)
+    t.join()
+print(json.dumps(out))
+"""
+
+
+def test_ldconfigs_status_is_its_own_not_another_childs(tmp_path, rootfs):
+    """The status reported is ldconfig's, never that of the child's other child (its jail's
+    remover): a remover that ends while ldconfig still runs (killed, interrupted) must not
+    pass for ldconfig's end. Here ldconfig fails after a moment and the remover exits 0
+    before it: the caller must see the failure (it saw success, ldconfig then killed
+    half-way, when the child waited for any child)."""
+    src = tmp_path / "slow.c"
+    src.write_text('#include <stdio.h>\n#include <unistd.h>\n'
+                   'int main(void) { sleep(1); puts("LAST WORDS"); return 3; }\n')
+    prog = str(tmp_path / "slow")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(REMOVER_GONE), rootfs, prog],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out.get("remover_ended"), out
+    assert "failed: LAST WORDS" in out["result"], out
+
+
+def test_a_crashing_ldconfig_leaves_no_core_dump(tmp_path, rootfs):
+    """An ldconfig that crashes (a hostile image's, or the host's driven by a hostile
+    configuration) must not leave a core dump in the container root, neither its own nor one
+    of the child above it (a root process holding the caller's memory: the child used to die
+    of ldconfig's signal to pass it on). The caller runs with RLIMIT_CORE unlimited (as
+    containerd's unit sets it) and core_pattern "core" (relative: the dumping process's cwd,
+    the container root)."""
+    import resource
+
+    if open("/proc/sys/kernel/core_pattern").read().strip() != "core":
+        pytest.skip("needs core_pattern 'core'")
+    src = tmp_path / "crash.c"
+    src.write_text(LDCONFIGS["signal"])
+    prog = str(tmp_path / "crash")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+
+    def cores() -> list[str]:
+        return [n for n in os.listdir(rootfs) if n == "core" or n.startswith("core.")]
+
+    assert not cores()
+    for mode in ("reap", "leave"):
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(DISPOSABLE), rootfs, prog, mode],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (-1, -1)))
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert "failed: exit status -11" in out["result"], out
+        assert not cores(), f"{mode}: core dump in the container root: {cores()}"
