@@ -294,3 +294,25 @@ def test_hook_does_not_wait_for_ldconfigs_child_to_exit(sim_node, rootfs, tmp_pa
             break
         time.sleep(0.05)
     assert not left
+
+
+def test_runc_create_leaves_no_stray_ldconfig_process(sim_node, rootfs):
+    """`runc create` (an engine's way: detached, no `runc run` subreaper), then start, wait and
+    delete: the hook's orphaned ldconfig child and its jail remover are reaped by whoever
+    reaps for the caller (here init); none is left behind, not even a zombie, and no jail."""
+    from e2e.harness import _boot_ticks, wait_no_stray_ldconfig
+    from e2e.test_failures import _jails
+
+    bundle = bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"])
+    cid = "nct-create-" + str(time.monotonic_ns())
+    script = ('runc create --bundle "$1" "$2" </dev/null >/dev/null 2>"$1/create.err" || { cat "$1/create.err" >&2; '
+              'exit 1; }; runc start "$2" && sleep 0.2; runc delete -f "$2"')
+    before, since = _jails(), _boot_ticks()
+    res = sim_node.run(["sh", "-c", script, "sh", str(bundle), cid])
+    assert res.returncode == 0, res.stderr.decode()
+    assert wait_no_stray_ldconfig(since) == []
+    for _ in range(100):
+        if not _jails() - before:
+            break
+        time.sleep(0.05)
+    assert _jails() - before == set()
