@@ -417,3 +417,66 @@ def test_a_crashing_ldconfig_leaves_no_core_dump(tmp_path, rootfs):
         out = json.loads(r.stdout.strip().splitlines()[-1])
         assert "failed: exit status -11" in out["result"], out
         assert not cores(), f"{mode}: core dump in the container root: {cores()}"
+
+
+KILLED = """
+import os, signal, sys, threading, time
+from nct.container import ldconfig as L
+from nct.container.rootfs import Root
+
+rootfs, prog, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+root = Root(rootfs)
+pending = L.start_ldconfig(root, ldconfig="@" + prog, reap=False)
+for _ in range(1000):  # its first child: the remover
+    kids = open(f"/proc/{pending.pid}/task/{pending.pid}/children").read().split()
+    if kids:
+        break
+    time.sleep(0.005)
+print(pending.pid, kids[0], pending.jail.name if pending.jail is not None and not pending.jail.problem else "",
+      flush=True)
+
+
+def die_once_ldconfig_runs(pid):
+    for _ in range(2000):
+        try:
+            kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            kids = []
+        if len(kids) == 2:
+            break
+        time.sleep(0.005)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if stage == "waiting":  # the child waits for its command line
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
+threading.Thread(target=die_once_ldconfig_runs, args=(pending.pid,)).start()
+pending.run(["/opt/nv/lib"])
+"""
+
+
+@pytest.mark.parametrize("stage", ["waiting", "running"])
+def test_a_killed_caller_leaves_no_process_and_no_jail(tmp_path, rootfs, stage):
+    """The hook killed (SIGKILL) while ldconfig's child waits for its command line, or while
+    ldconfig runs: the child and ldconfig die with it (parent-death signals), the remover
+    removes the jail once they are gone and exits; nothing is left."""
+    import time
+
+    src = tmp_path / "slow.c"
+    src.write_text("#include <unistd.h>\nint main(void) { sleep(30); return 0; }\n")
+    prog = str(tmp_path / "slow")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLED), rootfs, prog, stage],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == -9, r.stderr
+    child, remover, jail = r.stdout.split()
+    started = time.monotonic()
+    left: list[str] = []
+    while time.monotonic() - started < 15:  # well before ldconfig's 30 s: it died with the caller
+        left = [p for p in (child, remover) if os.path.exists(f"/proc/{p}")] + _jail_dirs(jail)
+        if not left:
+            break
+        time.sleep(0.025)
+    assert not left, left
