@@ -480,3 +480,28 @@ def test_a_killed_caller_leaves_no_process_and_no_jail(tmp_path, rootfs, stage):
             break
         time.sleep(0.025)
     assert not left, left
+
+
+def test_a_huge_host_ldconfig_is_refused_before_it_is_copied(tmp_path):
+    """The host ldconfig is copied into memory (a sealed memfd) on every container start: a
+    configured file far larger than any ldconfig (a sparse 1 GiB file with a static ELF's
+    header, say) is refused, with its size, before anything is copied, by the caller's
+    check and by the copy itself (the file may have grown since)."""
+    from nct.container import ldconfig as L
+    from nct.errors import ContainerError
+
+    src = tmp_path / "ok.c"
+    src.write_text("int main(void) { return 0; }\n")
+    prog = tmp_path / "ldconfig"
+    subprocess.run(["gcc", "-O1", "-static", "-o", str(prog), str(src)], check=True)
+    small = L.open_static(str(prog))  # a real one is fine
+    os.close(small)
+    os.truncate(prog, 1 << 30)
+    with pytest.raises(ContainerError, match="over"):
+        os.close(L.open_static(str(prog)))
+    fd = os.open(prog, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(ContainerError, match="over"):
+            os.close(L.seal_copy(fd, str(prog)))
+    finally:
+        os.close(fd)

@@ -296,6 +296,7 @@ def test_hook_does_not_wait_for_ldconfigs_child_to_exit(sim_node, rootfs, tmp_pa
     assert len(remover["fds"]) == 3 and int(remover["fds"][0]) > 2 and remover["pipes"] == 1, remover
     assert remover["sees_container_root"] is False and remover["cwd"] == "/", remover
     assert "NVIDIA_VISIBLE_DEVICES" not in remover["environ"], remover
+    assert remover["sid"] != remover["child_sid"], remover  # no terminal signal of runc run's (Ctrl-C, Ctrl-Z)
     for _ in range(100):
         left = _jails() - before
         if not left:
@@ -316,7 +317,8 @@ def _remover_view(child: int) -> dict:
     fds = sorted(os.listdir(f"{d}/fd"), key=int)
     return {"fds": fds, "pipes": sum(os.readlink(f"{d}/fd/{f}").startswith("pipe:") for f in fds),
             "sees_container_root": os.path.exists(f"{d}/root/lingering"), "cwd": os.readlink(f"{d}/cwd"),
-            "environ": Path(f"{d}/environ").read_bytes().decode(errors="replace")}
+            "environ": Path(f"{d}/environ").read_bytes().decode(errors="replace"),
+            "sid": os.getsid(int(rm[0])), "child_sid": os.getsid(child)}
 
 
 def test_runc_create_leaves_no_stray_ldconfig_process(sim_node, rootfs):

@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Sequence
 
 MFD_EXEC = 0x10
+# Bytes of the host ldconfig copied into memory on each start (glibc's static one: ~1 MB);
+# a configured file past it (a huge or sparse one) is refused, not copied.
+MAX_LDCONFIG_SIZE = 64 << 20
 OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
 CACHE_TEMP = "/etc/ld.so.cache~"  # glibc ldconfig: open(O_CREAT|O_WRONLY|O_TRUNC), then rename
@@ -114,8 +117,10 @@ def open_static(path: str) -> int:
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(ref).st_mode):
+        st = os.fstat(ref)
+        if not stat.S_ISREG(st.st_mode):
             raise ContainerError(f"ldconfig {path}: not a regular file")
+        _check_size(st.st_size, path)
         src = os.open(sc.fd_path(ref), os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
@@ -138,6 +143,7 @@ def seal_copy(src: int, path: str) -> int:
         mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         size = os.fstat(src).st_size
+        _check_size(size, path)  # again: it may have grown since open_static
         off = 0
         while off < size:
             n = os.sendfile(mfd, src, off, size - off)
@@ -152,6 +158,12 @@ def seal_copy(src: int, path: str) -> int:
         os.close(mfd)
         raise
     return mfd
+
+
+def _check_size(size: int, path: str) -> None:
+    if size > MAX_LDCONFIG_SIZE:
+        raise ContainerError(f"ldconfig {path}: {size} bytes, over {MAX_LDCONFIG_SIZE} (no ldconfig is that "
+                             "large): configure the path of a real static ldconfig")
 
 
 def system_dirs(root: Root) -> list[str]:
@@ -910,6 +922,7 @@ def _fork_remover(jail: DeviceJail) -> int:
         try:
             os.close(gone_w)
             os.closerange(0, 3)  # the caller's stdio (dup2'd over, but never held here)
+            os.setsid()  # out of the caller's process group: no terminal's SIGINT or SIGTSTP
             sc.close_fds_except({gone_r, jail.procs_fd, jail.parent_fd})
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconf-rm]")
             os.chdir("/")
