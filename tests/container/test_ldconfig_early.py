@@ -316,3 +316,192 @@ def test_unreaped_child_reports_ldconfigs_end_as_a_reaped_one(tmp_path, rootfs, 
             break
         time.sleep(0.05)
     assert not left["jail"] or not _jail_dirs(left["jail"])
+
+
+REMOVER_GONE = """
+import json, os, signal, sys, threading, time
+from nct.container import ldconfig as L
+from nct.container.rootfs import Root
+from nct.errors import ContainerError
+
+rootfs, prog = sys.argv[1], sys.argv[2]
+out = {}
+
+
+def children(pid):
+    try:
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return {}
+    names = {}
+    for k in kids:
+        try:
+            names[int(k)] = open(f"/proc/{k}/comm").read().strip()
+        except OSError:
+            pass
+    return names
+
+
+def end_remover(pid):  # once ldconfig runs: the remover ends first (here SIGINT: exit 0)
+    for _ in range(1000):
+        kids = children(pid)
+        if len(kids) == 2:
+            for k, name in kids.items():
+                if name == "nvc:[ldconf-rm]":
+                    os.kill(k, signal.SIGINT)
+                    out["remover_ended"] = True
+                    return
+        time.sleep(0.005)
+
+
+with Root(rootfs) as root:
+    pending = L.start_ldconfig(root, ldconfig="@" + prog, reap=False)
+    t = threading.Thread(target=end_remover, args=(pending.pid,))
+    t.start()
+    try:
+        pending.run(["/opt/nv/lib"])
+        out["result"] = "OK"
+    except ContainerError as e:
+        out["result"] = "ERR " + str(e)
+    t.join()
+print(json.dumps(out))
+"""
+
+
+def test_ldconfigs_status_is_its_own_not_another_childs(tmp_path, rootfs):
+    """The status reported is ldconfig's, never that of the child's other child (its jail's
+    remover): a remover that ends while ldconfig still runs (killed, interrupted) must not
+    pass for ldconfig's end. Here ldconfig fails after a moment and the remover exits 0
+    before it: the caller must see the failure (it saw success, ldconfig then killed
+    half-way, when the child waited for any child)."""
+    src = tmp_path / "slow.c"
+    src.write_text('#include <stdio.h>\n#include <unistd.h>\n'
+                   'int main(void) { sleep(1); puts("LAST WORDS"); return 3; }\n')
+    prog = str(tmp_path / "slow")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(REMOVER_GONE), rootfs, prog],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out.get("remover_ended"), out
+    assert "failed: LAST WORDS" in out["result"], out
+
+
+def test_a_crashing_ldconfig_leaves_no_core_dump(tmp_path, rootfs):
+    """An ldconfig that crashes (a hostile image's, or the host's driven by a hostile
+    configuration) must not leave a core dump in the container root, neither its own nor one
+    of the child above it (a root process holding the caller's memory: the child used to die
+    of ldconfig's signal to pass it on). The caller runs with RLIMIT_CORE unlimited (as
+    containerd's unit sets it) and core_pattern "core" (relative: the dumping process's cwd,
+    the container root)."""
+    import resource
+
+    if open("/proc/sys/kernel/core_pattern").read().strip() != "core":
+        pytest.skip("needs core_pattern 'core'")
+    src = tmp_path / "crash.c"
+    src.write_text(LDCONFIGS["signal"])
+    prog = str(tmp_path / "crash")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+
+    def cores() -> list[str]:
+        return [n for n in os.listdir(rootfs) if n == "core" or n.startswith("core.")]
+
+    assert not cores()
+    for mode in ("reap", "leave"):
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(DISPOSABLE), rootfs, prog, mode],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (-1, -1)))
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert "failed: exit status -11" in out["result"], out
+        assert not cores(), f"{mode}: core dump in the container root: {cores()}"
+
+
+KILLED = """
+import os, signal, sys, threading, time
+from nct.container import ldconfig as L
+from nct.container.rootfs import Root
+
+rootfs, prog, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+root = Root(rootfs)
+pending = L.start_ldconfig(root, ldconfig="@" + prog, reap=False)
+for _ in range(1000):  # its first child: the remover
+    kids = open(f"/proc/{pending.pid}/task/{pending.pid}/children").read().split()
+    if kids:
+        break
+    time.sleep(0.005)
+print(pending.pid, kids[0], pending.jail.name if pending.jail is not None and not pending.jail.problem else "",
+      flush=True)
+
+
+def die_once_ldconfig_runs(pid):
+    for _ in range(2000):
+        try:
+            kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            kids = []
+        if len(kids) == 2:
+            break
+        time.sleep(0.005)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if stage == "waiting":  # the child waits for its command line
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
+threading.Thread(target=die_once_ldconfig_runs, args=(pending.pid,)).start()
+pending.run(["/opt/nv/lib"])
+"""
+
+
+@pytest.mark.parametrize("stage", ["waiting", "running"])
+def test_a_killed_caller_leaves_no_process_and_no_jail(tmp_path, rootfs, stage):
+    """The hook killed (SIGKILL) while ldconfig's child waits for its command line, or while
+    ldconfig runs: the child and ldconfig die with it (parent-death signals), the remover
+    removes the jail once they are gone and exits; nothing is left."""
+    import time
+
+    src = tmp_path / "slow.c"
+    src.write_text("#include <unistd.h>\nint main(void) { sleep(30); return 0; }\n")
+    prog = str(tmp_path / "slow")
+    subprocess.run(["gcc", "-O1", "-static", "-o", prog, str(src)], check=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLED), rootfs, prog, stage],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == -9, r.stderr
+    child, remover, jail = r.stdout.split()
+    started = time.monotonic()
+    left: list[str] = []
+    while time.monotonic() - started < 15:  # well before ldconfig's 30 s: it died with the caller
+        left = [p for p in (child, remover) if os.path.exists(f"/proc/{p}")] + _jail_dirs(jail)
+        if not left:
+            break
+        time.sleep(0.025)
+    assert not left, left
+
+
+def test_a_huge_host_ldconfig_is_refused_before_it_is_copied(tmp_path):
+    """The host ldconfig is copied into memory (a sealed memfd) on every container start: a
+    configured file far larger than any ldconfig (a sparse 1 GiB file with a static ELF's
+    header, say) is refused, with its size, before anything is copied, by the caller's
+    check and by the copy itself (the file may have grown since)."""
+    from nct.container import ldconfig as L
+    from nct.errors import ContainerError
+
+    src = tmp_path / "ok.c"
+    src.write_text("int main(void) { return 0; }\n")
+    prog = tmp_path / "ldconfig"
+    subprocess.run(["gcc", "-O1", "-static", "-o", str(prog), str(src)], check=True)
+    small = L.open_static(str(prog))  # a real one is fine
+    os.close(small)
+    os.truncate(prog, 1 << 30)
+    with pytest.raises(ContainerError, match="over"):
+        os.close(L.open_static(str(prog)))
+    fd = os.open(prog, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(ContainerError, match="over"):
+            os.close(L.seal_copy(fd, str(prog)))
+    finally:
+        os.close(fd)

@@ -114,3 +114,40 @@ def mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mountinfo") as f:
         points = [line.split()[4] for line in f]
     return [p for p in points if p == prefix or p.startswith(prefix + "/")]
+
+
+def _boot_ticks() -> int:
+    """Clock ticks since boot now (the unit of /proc/PID/stat's start time)."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def stray_ldconfig_processes(since: int) -> list[str]:
+    """ldconfig's children (`nvc:[ldconfig]`, its remover `nvc:[ldconf-rm]`) started after
+    `since` (_boot_ticks()) that are still there, zombies included (an orphan nobody reaps):
+    "PID PPID STATE NAME" each. Only those started since: other tests run beside this one."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat[stat.rindex(")") + 2:].split()
+        if name.startswith("nvc:[ldconf") and int(rest[19]) >= since:
+            found.append(f"{pid} {rest[1]} {rest[0]} {name}")
+    return found
+
+
+def wait_no_stray_ldconfig(since: int, limit: float = 10.0) -> list[str]:
+    """stray_ldconfig_processes(since) once they are gone, or after `limit` seconds (a child
+    may still be exiting right after a start)."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while True:
+        left = stray_ldconfig_processes(since)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.harness import mounts_under, needs_e2e, venv_bin
+from e2e.harness import _boot_ticks, mounts_under, needs_e2e, venv_bin, wait_no_stray_ldconfig
 
 pytestmark = [needs_e2e, pytest.mark.skipif(shutil.which("dockerd") is None or shutil.which("docker") is None,
                                             reason="needs docker.io (dockerd and docker)")]
@@ -97,6 +97,25 @@ def test_gpus_all_and_probe(dockerd, sim_node):
     assert "cuDriverGetVersion=12040" in out
     for g in sim_node.info["gpus"]:
         assert g["uuid"] in out
+
+
+def test_gpus_leaves_no_stray_process_or_jail(dockerd):
+    """The hook leaves ldconfig's child to exit on its own (it does not wait for it): under
+    dockerd the orphan and its jail remover go to the container's shim (a subreaper), which
+    reaps them. After GPU containers, none of them is left, not even as a zombie, and no
+    ldconfig jail (deny-all device cgroup) is left behind."""
+    from e2e.test_failures import _jails
+
+    before, since = _jails(), _boot_ticks()
+    for _ in range(3):
+        res = run(dockerd, "--gpus", "all", IMAGE, "true")
+        assert res.returncode == 0, res.stderr.decode()
+    assert wait_no_stray_ldconfig(since) == []
+    for _ in range(100):  # other tests may be running ldconfig right now: theirs come and go
+        if not _jails() - before:
+            break
+        time.sleep(0.05)
+    assert _jails() - before == set()
 
 
 def test_gpus_capabilities_utility_only(dockerd):

@@ -283,14 +283,61 @@ def test_hook_does_not_wait_for_ldconfigs_child_to_exit(sim_node, rootfs, tmp_pa
             time.sleep(0.01)
         pid = int((rootfs / "lingering").read_text())
         alive = Path(f"/proc/{pid}/comm").read_text().strip() if Path(f"/proc/{pid}").exists() else ""
+        remover = _remover_view(pid)
         os.kill(pid, signal.SIGKILL)
     assert time.monotonic() - started < linger_s / 2
     assert res.returncode == 0, res.stderr.decode()
     assert gpu_nodes(sections(res.stdout.decode())) == {"nvidia0", "nvidia1", "nvidia2"}
     assert alive == "nvc:[ldconfig]"  # it was still there when runc run returned
+    # the remover (root, on the host, outliving the hook) holds nothing of the hook's or the
+    # container's: no stdio, no output pipe, only its pipe and the jail's two cgroup fds; the
+    # host's root and cwd (not the container's: it would pin its rootfs and mount namespace);
+    # none of the container's environment
+    assert len(remover["fds"]) == 3 and int(remover["fds"][0]) > 2 and remover["pipes"] == 1, remover
+    assert remover["sees_container_root"] is False and remover["cwd"] == "/", remover
+    assert "NVIDIA_VISIBLE_DEVICES" not in remover["environ"], remover
+    assert remover["sid"] != remover["child_sid"], remover  # no terminal signal of runc run's (Ctrl-C, Ctrl-Z)
     for _ in range(100):
         left = _jails() - before
         if not left:
             break
         time.sleep(0.05)
     assert not left
+
+
+def _remover_view(child: int) -> dict:
+    """What ldconfig's remover (`child`'s child named nvc:[ldconf-rm]) holds."""
+    import os
+
+    kids = Path(f"/proc/{child}/task/{child}/children").read_text().split()
+    rm = [k for k in kids if Path(f"/proc/{k}/comm").read_text().strip() == "nvc:[ldconf-rm]"]
+    if not rm:
+        return {"missing": kids}
+    d = f"/proc/{rm[0]}"
+    fds = sorted(os.listdir(f"{d}/fd"), key=int)
+    return {"fds": fds, "pipes": sum(os.readlink(f"{d}/fd/{f}").startswith("pipe:") for f in fds),
+            "sees_container_root": os.path.exists(f"{d}/root/lingering"), "cwd": os.readlink(f"{d}/cwd"),
+            "environ": Path(f"{d}/environ").read_bytes().decode(errors="replace"),
+            "sid": os.getsid(int(rm[0])), "child_sid": os.getsid(child)}
+
+
+def test_runc_create_leaves_no_stray_ldconfig_process(sim_node, rootfs):
+    """`runc create` (an engine's way: detached, no `runc run` subreaper), then start, wait and
+    delete: the hook's orphaned ldconfig child and its jail remover are reaped by whoever
+    reaps for the caller (here init); none is left behind, not even a zombie, and no jail."""
+    from e2e.harness import _boot_ticks, wait_no_stray_ldconfig
+    from e2e.test_failures import _jails
+
+    bundle = bundle_with_hook(rootfs, "true", ["NVIDIA_VISIBLE_DEVICES=all"])
+    cid = "nct-create-" + str(time.monotonic_ns())
+    script = ('runc create --bundle "$1" "$2" </dev/null >/dev/null 2>"$1/create.err" || { cat "$1/create.err" >&2; '
+              'exit 1; }; runc start "$2" && sleep 0.2; runc delete -f "$2"')
+    before, since = _jails(), _boot_ticks()
+    res = sim_node.run(["sh", "-c", script, "sh", str(bundle), cid])
+    assert res.returncode == 0, res.stderr.decode()
+    assert wait_no_stray_ldconfig(since) == []
+    for _ in range(100):
+        if not _jails() - before:
+            break
+        time.sleep(0.05)
+    assert _jails() - before == set()

@@ -78,8 +78,14 @@ def test_podman_gpu_container_on_simulated_node(podman, tmp_path):
     assert r.returncode == 0, r.stderr
     write_hook(str(BIN / "nvidia-container-runtime-hook"), podman.hooks / "oci-nvidia-hook.json")
     podman.wrap = [str(BIN / "nct"), "sim", "run", str(sim), "--"]
+    from e2e.harness import _boot_ticks, wait_no_stray_ldconfig
+
+    since = _boot_ticks()
     r = podman.run("-e", "NVIDIA_VISIBLE_DEVICES=0", "nct-busybox:test", "ls", "/dev")
     assert r.returncode == 0, r.stderr
     assert {"nvidia0", "nvidiactl"} <= set(r.stdout.split()) and "nvidia1" not in r.stdout.split()
+    # the hook does not wait for ldconfig's child: conmon (a subreaper) reaps it and its
+    # jail remover; nothing is left, not even a zombie
+    assert wait_no_stray_ldconfig(since) == []
     r = podman.run("nct-busybox:test", "ls", "/dev")
     assert r.returncode == 0 and "nvidia0" not in r.stdout.split(), r.stderr

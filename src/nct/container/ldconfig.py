@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Sequence
 
 MFD_EXEC = 0x10
+# Bytes of the host ldconfig copied into memory on each start (glibc's static one: ~1 MB);
+# a configured file past it (a huge or sparse one) is refused, not copied.
+MAX_LDCONFIG_SIZE = 64 << 20
 OUTPUT_TAIL = 64 << 10  # bytes of ldconfig's output kept for the error message
 LD_SO_CONF = b"include /etc/ld.so.conf.d/*.conf\n"
 CACHE_TEMP = "/etc/ld.so.cache~"  # glibc ldconfig: open(O_CREAT|O_WRONLY|O_TRUNC), then rename
@@ -114,8 +117,10 @@ def open_static(path: str) -> int:
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(ref).st_mode):
+        st = os.fstat(ref)
+        if not stat.S_ISREG(st.st_mode):
             raise ContainerError(f"ldconfig {path}: not a regular file")
+        _check_size(st.st_size, path)
         src = os.open(sc.fd_path(ref), os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ContainerError(f"ldconfig {path}: {e.strerror}") from None
@@ -138,6 +143,7 @@ def seal_copy(src: int, path: str) -> int:
         mfd = os.memfd_create("nct-ldconfig", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         size = os.fstat(src).st_size
+        _check_size(size, path)  # again: it may have grown since open_static
         off = 0
         while off < size:
             n = os.sendfile(mfd, src, off, size - off)
@@ -152,6 +158,12 @@ def seal_copy(src: int, path: str) -> int:
         os.close(mfd)
         raise
     return mfd
+
+
+def _check_size(size: int, path: str) -> None:
+    if size > MAX_LDCONFIG_SIZE:
+        raise ContainerError(f"ldconfig {path}: {size} bytes, over {MAX_LDCONFIG_SIZE} (no ldconfig is that "
+                             "large): configure the path of a real static ldconfig")
 
 
 def system_dirs(root: Root) -> list[str]:
@@ -764,15 +776,12 @@ def _receive(go_r: int) -> list[str]:
 
 
 def _wait_status(status: int) -> int:
-    """In the middle child: pass ldconfig's end on to our parent (a signal by dying of it)."""
+    """In the middle child: its exit code once it has reported ldconfig's wait status (the
+    caller uses the report). Never by dying of ldconfig's signal: a SIGSEGV passed on that
+    way dumped this root process's memory (the caller's) as a core file into the container
+    root."""
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):  # SIGKILL, SIGSTOP: cannot be handled; die of it anyway
-            pass
-        os.kill(os.getpid(), sig)
-        return 128 + sig
+        return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
 
 
@@ -817,6 +826,7 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             sc.prctl(sc.PR_SET_PDEATHSIG, 9)
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconfig]")
             sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+            sc.prctl(sc.PR_SET_DUMPABLE, 0)  # holds the caller's memory: never a core file
             gone_w = _fork_remover(jail) if remover else -1  # before entering: it stays out of the jail
             jail.enter()  # no device node may be opened from here on (ldconfig is forked below)
             if copy_of is not None and exe_fd is not None:  # from the caller's fd: no path looked up
@@ -848,8 +858,10 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
             resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash writes nothing into the root
             alive_r, alive_w = os.pipe2(os.O_CLOEXEC)  # closes when this process is gone
-            if os.fork() == 0:  # PID 1 of the new PID namespace: ldconfig
+            ld_pid = os.fork()
+            if ld_pid == 0:  # PID 1 of the new PID namespace: ldconfig
                 os.close(alive_w)
                 os.close(status_w)  # close-on-exec too: ldconfig only ever has the output pipe
                 sc.prctl(sc.PR_SET_PDEATHSIG, 9)
@@ -866,7 +878,8 @@ def _fork_child(root: Root | None, exe_fd: int | None, no_pivot: bool, jail: Dev
             os.close(0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(LDCONFIG_TIMEOUT)  # PID 1 would ignore SIGALRM: the timeout lives here
-            status = os.wait()[1]
+            # ldconfig's own status, not any child's (the remover is one: its end is not ldconfig's)
+            status = os.waitpid(ld_pid, 0)[1]
             # ldconfig is gone: our ends of the output pipe next, so that the caller reads
             # it to its end now, not after this process's exit (namespace teardown), then
             # the status it waits for
@@ -909,6 +922,7 @@ def _fork_remover(jail: DeviceJail) -> int:
         try:
             os.close(gone_w)
             os.closerange(0, 3)  # the caller's stdio (dup2'd over, but never held here)
+            os.setsid()  # out of the caller's process group: no terminal's SIGINT or SIGTSTP
             sc.close_fds_except({gone_r, jail.procs_fd, jail.parent_fd})
             sc.prctl(sc.PR_SET_NAME, b"nvc:[ldconf-rm]")
             os.chdir("/")
