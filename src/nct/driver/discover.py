@@ -13,9 +13,7 @@ from nct.driver import devices as devs
 from nct.driver import fsview
 from nct.driver import libraries as libs
 from nct.driver import procfs
-from nct.driver.elf import native_machine
-from nct.driver.ldcache import LdCache, read_ldcache
-from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots
+from nct.driver.model import DriverFile, Gpu, MigDevice, Node, Roots, native_machine
 from nct.driver.rootpath import dirs_memo, host_path, proc_root, resolve_in_root
 from nct.errors import DiscoveryError
 
@@ -24,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
     from typing import TypeVar
 
+    from nct.driver.ldcache import LdCache
     from nct.driver.snapshot import TreeFiles
 
     _T = TypeVar("_T")
@@ -112,6 +111,8 @@ def load_ldcache(roots: Roots, ldcache: str | None) -> LdCache | None:
     """The driver root's cache (`ldcache` is a path inside the driver root, as upstream's
     --ldcache). A missing default cache is tolerated (libraries are then searched in the
     standard dirs); a missing explicit one is an error."""
+    from nct.driver.ldcache import read_ldcache  # the full pass only: not on the hook's path
+
     path = ldcache or DEFAULT_LDCACHE
     real = resolve_in_root(roots.driver, path)
     shown = host_path(roots.driver, path)
@@ -242,7 +243,7 @@ def with_search_paths(node: Node, dirs: tuple[str, ...]) -> Node:
     """`node` with the catalogue libraries found in `dirs` (paths inside the driver root,
     looked up as discovery looks up ld cache entries: same version and ELF checks): `cdi
     generate --library-search-path`, added to, or replacing, what the ld cache gave."""
-    from nct.driver.ldcache import CacheEntry
+    from nct.driver.ldcache import CacheEntry, LdCache
     from nct.errors import NctError
 
     entries = []

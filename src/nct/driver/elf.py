@@ -7,9 +7,8 @@ does not belong to the library name is someone else's file.
 
 from __future__ import annotations
 
-import os
-
 from nct.driver import fsview
+from nct.driver.model import native_machine
 from nct.record import Record
 
 TYPE_CHECKING = False
@@ -37,10 +36,6 @@ class ElfInfo(Record):
 
 class NotElf(Exception):
     """The file is not a readable ELF object; str() is the reason."""
-
-
-def native_machine() -> str:
-    return os.uname().machine or "x86_64"
 
 
 def read_elf(path: str, opened=None) -> ElfInfo:

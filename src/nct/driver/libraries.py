@@ -16,10 +16,12 @@ import stat
 
 from nct.log import get_logger
 from nct.driver import catalogue, fsview
-from nct.driver.elf import check_library, native_machine
-from nct.driver.ldcache import NATIVE_FLAGS, LdCache
-from nct.driver.model import DriverFile
+from nct.driver.model import DriverFile, native_machine
 from nct.driver.rootpath import host_path, resolve_in_root
+
+TYPE_CHECKING = False  # the ld cache and ELF readers are for the full pass, not the hook's path
+if TYPE_CHECKING:  # pragma: no cover
+    from nct.driver.ldcache import LdCache
 
 log = get_logger("nct.driver")
 
@@ -73,6 +75,8 @@ def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: b
     if not fsview.is_file(host):
         log.debug("%s: skipping %s (not a regular file)", name, real)
         return None
+    from nct.driver.elf import check_library
+
     info, reason = check_library(host, name, compat32=compat32, machine=machine, cache=elf_cache)
     if info is None:
         log.debug("%s: skipping %s (%s)", name, real, reason)
@@ -84,6 +88,8 @@ def _make_lib(root: str, node_path: str, name: str, version: str, *, compat32: b
 def find_libraries(root: str, cache: LdCache | None, version: str, *, compat32: bool = False,
                    machine: str | None = None, elf_cache=None) -> list[DriverFile]:
     """Catalogue libraries of one ABI (native, or 32-bit with compat32), catalogue order."""
+    from nct.driver.ldcache import NATIVE_FLAGS
+
     machine = machine or native_machine()
     native_flags, flags32 = NATIVE_FLAGS.get(machine, (None, None))
     want = flags32 if compat32 else native_flags

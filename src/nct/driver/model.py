@@ -8,6 +8,8 @@ file appears inside a container.
 
 from __future__ import annotations
 
+import os
+
 from nct.driver.rootpath import host_path
 from nct.record import Record, field
 
@@ -16,6 +18,11 @@ ALL_CAPABILITIES: tuple[str, ...] = (
     "compat32", "compute", "display", "graphics", "ngx", "utility", "video",
 )
 DEFAULT_CAPABILITIES: tuple[str, ...] = ("compute", "utility")
+
+
+def native_machine() -> str:
+    """The host's machine name (uname), which picks the ABI of the driver files looked for."""
+    return os.uname().machine or "x86_64"
 
 
 class Roots(Record):
