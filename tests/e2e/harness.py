@@ -81,15 +81,18 @@ def runc_run(node: Node, bundle: Path, **kw) -> subprocess.CompletedProcess:
     return node.run(["runc", "run", "--bundle", str(bundle), R.container_id()], **kw)
 
 
-def runc_run_after(node: Node, warm: Path, bundle: Path, **kw) -> subprocess.CompletedProcess:
+def runc_run_after(node: Node, warm: Path, bundle: Path, *, settle: float = 0.0, **kw) -> subprocess.CompletedProcess:
     """Start a container from bundle `warm`, then run `bundle`, both in ONE `nct sim run`
     namespace: the second start is a node's steady state. Each namespace mounts the node's
     overlays afresh, and overlayfs gives their files a pseudo st_dev per mount, which the
     host caches key on (nct.hostcache): across two `nct sim run`s a driver file may look
     like another file, as it never does on a real node. The result is the second run's; a
-    failed first run gives its exit status and stderr."""
-    script = 'runc run --bundle "$1" "$2" >/dev/null || exit; exec runc run --bundle "$3" "$4"'
-    return node.run(["sh", "-c", script, "sh", str(warm), R.container_id(), str(bundle), R.container_id()], **kw)
+    failed first run gives its exit status and stderr. `settle`: seconds to wait inside the
+    namespace before the first run (setting the namespace up touches the node's files, which
+    the host caches then treat as too new for `settle` = their racy window)."""
+    script = 'sleep "$5"; runc run --bundle "$1" "$2" >/dev/null || exit; exec runc run --bundle "$3" "$4"'
+    return node.run(["sh", "-c", script, "sh", str(warm), R.container_id(), str(bundle), R.container_id(),
+                     f"{settle:.2f}"], **kw)
 
 
 def snapshot(path: Path) -> dict[str, tuple]:

@@ -15,6 +15,7 @@ import pytest
 import nct
 import nct.config
 from e2e.harness import HOOK, bundle_with_hook, needs_e2e, runc_run, runc_run_after
+from nct.driver import snapshot
 from nct.engines.bundle import WRAPPER
 from nct.hostcache import CACHE_NAME, RACY_SECONDS
 
@@ -154,9 +155,12 @@ def steady_run(sim_node, warm: Path, bundle: Path, cache_dir: Path, hook_log: Pa
     used that directory (got NCT_CACHE_DIR): else the test would be back on /run/nct.
     `hook_log`: the hook's stderr, shown when the run fails."""
     wait_out_racy_window(sim_node)
-    res = runc_run_after(sim_node, warm, bundle)
+    # inside the namespace too: `nct sim run` touches the node's ld.so.cache as it sets up,
+    # and the first (warm) run's discovery must be old enough to leave a node snapshot
+    res = runc_run_after(sim_node, warm, bundle, settle=RACY_SECONDS + 0.2)
     assert res.returncode == 0, res.stderr.decode() + (hook_log.read_text()[-2000:] if hook_log else "")
     assert (cache_dir / CACHE_NAME).is_file(), "the hook did not use NCT_CACHE_DIR"
+    assert list(cache_dir.glob(f"{snapshot.FORMAT}-*.json")), "the warm run left no node snapshot"
     return res
 
 
@@ -186,7 +190,10 @@ def test_hook_stays_light(sim_node, rootfs, tmp_path, private_host_cache, visibl
 # reason for nct.config.tomlscan; json/re/enum ~6 ms, nct.jsonio; docs/development.md).
 HOOK_HEAVY = {"dataclasses", "typing", "inspect", "ast", "click", "yaml", "jsonschema", "subprocess",
               "logging", "tempfile", "tomllib", "json", "re", "enum", "signal", "functools",
-              "nct.cdi", "nct.oci", "nct.engines"}
+              "nct.cdi", "nct.oci", "nct.engines",
+              # the ld cache and ELF readers: only a full discovery pass needs them, not a
+              # start whose node snapshot holds (nct.driver.snapshot)
+              "nct.driver.elf", "nct.driver.ldcache"}
 
 
 def _installed_launcher(directory: Path) -> Path:
