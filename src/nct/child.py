@@ -103,8 +103,7 @@ def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None
                 chunks = []
                 break
     except BaseException:
-        _kill(pid)
-        os.waitpid(pid, 0)
+        _kill_and_reap(pid)
         raise
     finally:
         os.close(r)
@@ -114,14 +113,12 @@ def collect(pid: int, r: int, timeout: float | None = None, *, limit: int | None
             if not (timed_out or overflowed):
                 reported = _read_status(status_r, deadline)
         except BaseException:
-            _kill(pid)
-            os.waitpid(pid, 0)
+            _kill_and_reap(pid)
             raise
         finally:
             os.close(status_r)
     if timed_out or overflowed:
-        _kill(pid)
-        status = os.waitpid(pid, 0)[1]
+        status = _kill_and_reap(pid)
     elif reported is not None and not reap:
         return Finished(kept if tail is not None else b"".join(chunks), reported, False, False, reaped=False)
     else:
@@ -170,13 +167,14 @@ def _reap(pid: int, deadline: float | None) -> tuple[int, bool]:
         if done:
             return status, False
         if time.monotonic() >= deadline:
-            _kill(pid)
-            return os.waitpid(pid, 0)[1], True
+            return _kill_and_reap(pid), True
         time.sleep(0.002)
 
 
-def _kill(pid: int) -> None:
+def _kill_and_reap(pid: int) -> int:
+    """SIGKILL `pid` (the signal module imports enum: not on the hook's path), then its wait status."""
     try:
-        os.kill(pid, 9)  # SIGKILL (the signal module imports enum: not on the hook's path)
+        os.kill(pid, 9)
     except ProcessLookupError:
         pass
+    return os.waitpid(pid, 0)[1]

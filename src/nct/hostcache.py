@@ -175,7 +175,7 @@ def now() -> float:
 def is_racy(newest_ns: int, since: float | None = None) -> bool:
     """Whether a file whose ctime is `newest_ns` changed less than
     RACY_SECONDS before `since` (default: now), too recently to be cached."""
-    return (time.time() if since is None else since) - newest_ns / 1e9 < RACY_SECONDS
+    return (now() if since is None else since) - newest_ns / 1e9 < RACY_SECONDS
 
 
 class ElfCache(HostCache):

@@ -77,16 +77,21 @@ class Tree:
         return rec
 
 
-@pytest.fixture
-def tree(toolkit, tmp_path) -> Tree:
-    root = tmp_path / "tk"
+def make_tree(toolkit: Path, top: Path) -> Tree:
+    """A copy of the toolkit under `top` with the probe built as its `runc`."""
+    root = top / "tk"
     shutil.copytree(toolkit, root, symlinks=True)
-    t = Tree(root, tmp_path)
+    t = Tree(root, top)
     t.bin.mkdir()
-    (tmp_path / "probe.c").write_text(PROBE)
-    subprocess.run(["gcc", "-O1", "-o", str(t.bin / "runc"), str(tmp_path / "probe.c")], check=True)
+    (top / "probe.c").write_text(PROBE)
+    subprocess.run(["gcc", "-O1", "-o", str(t.bin / "runc"), str(top / "probe.c")], check=True)
     t.config.parent.mkdir(parents=True)
     return t
+
+
+@pytest.fixture
+def tree(toolkit, tmp_path) -> Tree:
+    return make_tree(toolkit, tmp_path)
 
 
 def prime(t: Tree, args=("--root", "/x", "state", "id"), env=None) -> str:
@@ -572,13 +577,8 @@ def test_config_the_caller_cannot_read_falls_back(toolkit, tmp_path):
     top = Path(tempfile.mkdtemp(prefix="nct-pt-"))  # outside pytest's 0700 tree: nobody must enter it
     try:
         top.chmod(0o755)
-        root = top / "tk"
-        shutil.copytree(toolkit, root, symlinks=True)
-        t = Tree(root, top)
-        t.bin.mkdir()
-        (top / "probe.c").write_text(PROBE)
-        subprocess.run(["gcc", "-O1", "-o", str(t.bin / "runc"), str(top / "probe.c")], check=True)
-        t.config.parent.mkdir(parents=True)
+        t = make_tree(toolkit, top)
+        root = t.root
         t.config.write_text('[nvidia-container-runtime]\nruntimes = ["runc"]\n')
         os.chmod(t.config, 0o600)  # before the cache: its recorded key is this file's
         prime(t)

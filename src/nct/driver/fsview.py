@@ -23,6 +23,7 @@ import stat as _stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
     from typing import BinaryIO
 
 # errno of a path that is simply not there (a stable fact worth recording); any other
@@ -90,25 +91,26 @@ def _absent(path: str, e: OSError) -> None:
 
 def lstat(path: str) -> os.stat_result | None:
     """os.lstat, None when it fails."""
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        _absent(path, e)
-        st = None
-    if _rec is not None:
-        _rec.note(_rec.lstats, path, st, weak_dirs=True)
-    return st
+    return _observe(os.lstat, path, follow=False)
 
 
 def stat(path: str) -> os.stat_result | None:
     """os.stat (symlinks followed), None when it fails."""
+    return _observe(os.stat, path, follow=True)
+
+
+def _observe(call: Callable[[str], os.stat_result], path: str, *, follow: bool) -> os.stat_result | None:
+    """call(path), recorded (in the lstat or the stat table) while a recording is on."""
     try:
-        st = os.stat(path)
+        st = call(path)
     except OSError as e:
         _absent(path, e)
         st = None
     if _rec is not None:
-        _rec.note(_rec.stats, path, st)
+        if follow:
+            _rec.note(_rec.stats, path, st)
+        else:
+            _rec.note(_rec.lstats, path, st, weak_dirs=True)
     return st
 
 
